@@ -1,0 +1,54 @@
+"""The ``kvflow`` command line: a thin dispatcher over one module per subcommand.
+
+Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int``; it is imported
+only when that subcommand runs, so ``kvflow graph`` never imports torch and ``kvflow serve`` never
+imports LangGraph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main", "COMMANDS"]
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "graph": ("kvflow_orch.commands.graph", "print a workflow's Agent Step Graph (or Mermaid text)"),
+    "run": ("kvflow_orch.commands.run", "run a workflow MODULE:ATTR against a backend"),
+    "demo": ("kvflow_orch.commands.demo", "run the MetaGPT-style workflow on the embedded engine"),
+    "serve": ("backends.serve_cli", "start a kvflow server (embedded engine or SGLang)"),
+    "export-model": ("backends.local.export", "write a built-in model as a Hugging Face directory"),
+    "bench": ("backends.sim.cli", "simulate or replay workflows on a hardware profile"),
+}
+
+
+def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(prog="kvflow", description="Workflow-aware KV caching for multi-agent LLM apps.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = {name: sub.add_parser(name, help=help_, add_help=False) for name, (_, help_) in COMMANDS.items()}
+    return parser, subparsers
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, _ = _build_parser()
+    if not argv or argv[0] in {"-h", "--help"} or argv[0] not in COMMANDS:
+        if argv and argv[0] not in {"-h", "--help"}:
+            parser.print_usage(sys.stderr)
+            print(f"kvflow: unknown command {argv[0]!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
+            return 2
+        parser.print_help()
+        return 0
+    name, rest = argv[0], argv[1:]
+    module_name, help_ = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    sub = argparse.ArgumentParser(prog=f"kvflow {name}", description=help_)
+    module.add_arguments(sub)
+    args = sub.parse_args(rest)
+    return int(module.main(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

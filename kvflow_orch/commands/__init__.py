@@ -1,0 +1,1 @@
+"""One module per ``kvflow`` subcommand (see :mod:`kvflow_orch.cli`)."""

@@ -1,0 +1,1 @@
+"""kvflow workflows."""
