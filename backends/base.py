@@ -1,0 +1,139 @@
+"""The contract between a serving engine and whatever fronts it (HTTP server, in-process runtime).
+
+The embedded torch engine (``backends.local``) implements :class:`ServingEngine`; the HTTP server
+(``backends.server``) and the runtime's ``backend="local"`` only ever talk to this interface.
+
+Invariants every implementation keeps:
+
+* Greedy decoding (``temperature == 0``) is deterministic and independent of cache state: the same
+  request yields the same ``output_ids`` whether its prefix was computed, hit, reloaded or prefetched.
+* Every KV slot a request takes is returned when it ends — finished, failed, or cancelled (the
+  caller cancelling the awaiting task or closing the stream iterator cancels the request).
+* ``apply_steps``/hints never block on model work.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Literal, Protocol, Sequence, runtime_checkable
+
+from kvflow_orch.protocol import KVFlowHint, StepsUpdate
+
+__all__ = [
+    "SamplingParams",
+    "EncodedPrompt",
+    "GenerateRequest",
+    "GenerateResult",
+    "StreamEvent",
+    "PromptTokenizer",
+    "ServingEngine",
+    "EngineError",
+    "RequestTooLarge",
+]
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class EngineError(RuntimeError):
+    """A request the engine cannot serve; the message says why (maps to HTTP 4xx at the server)."""
+
+
+class RequestTooLarge(EngineError):
+    """The prompt (plus ``max_tokens``) cannot fit in the device KV pool."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_tokens <= 0:
+            raise ValueError("max_tokens must be > 0")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    """Token ids of a prompt and where its fixed (agent) part ends, in tokens (``None``: unknown)."""
+
+    input_ids: tuple[int, ...]
+    fixed_prefix_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    input_ids: tuple[int, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    hint: KVFlowHint | None = None
+    fixed_prefix_tokens: int | None = None
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    request_id: str
+    output_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason
+    prompt_tokens: int
+    cached_tokens: int
+    """Prompt tokens not recomputed: device hits + host reloads + prefetched."""
+    ttft_s: float
+    total_s: float
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    token_id: int | None
+    text_delta: str
+    result: GenerateResult | None = None
+    """Set on the last event only."""
+
+
+@runtime_checkable
+class PromptTokenizer(Protocol):
+    eos_token_ids: frozenset[int]
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def encode_chat(self, messages: Sequence[dict[str, Any]], fixed_messages: int | None = None) -> EncodedPrompt:
+        """Apply the chat template (with the generation prompt); the fixed prefix ends after the
+        first ``fixed_messages`` messages."""
+        ...
+
+    def encode_text(self, text: str, fixed_chars: int | None = None) -> EncodedPrompt: ...
+
+
+@runtime_checkable
+class ServingEngine(Protocol):
+    model_name: str
+    tokenizer: PromptTokenizer
+
+    async def start(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult: ...
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamEvent]: ...
+
+    def apply_steps(self, update: StepsUpdate) -> None: ...
+
+    def stats(self) -> dict[str, Any]:
+        """The cache brain's monotonic counters plus pool occupancy (device/host used/total)."""
+        ...
+
+    def info(self) -> dict[str, Any]:
+        """Version, model, policy, tiers and capacities."""
+        ...
