@@ -1,0 +1,200 @@
+"""LLM client for any OpenAI-compatible server, kvflow-aware when the server says so.
+
+On first use the client probes ``GET /kvflow/v1/info`` once. A JSON object there means a kvflow
+server (the embedded server or the SGLang plugin): every chat request carries the hint as
+top-level ``custom_params.kvflow`` and steps updates go to ``POST /kvflow/v1/steps``. Anything
+else (404, not JSON) means a plain OpenAI-compatible server: no hints, no updates, one warning.
+
+Connection failures and 502/503/504 are retried ``retries`` times with exponential backoff; then
+a :class:`BackendError` names the URL. A reply that is not a chat completion is a
+:class:`BackendError` too (the runtime adds the node's name).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..nodes import Sampling
+from ..protocol import INFO_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_hint
+from ._outbox import Outbox
+from .base import BackendError, LLMClient, LLMReply, Messages
+
+__all__ = ["HttpConfig", "HttpClient"]
+
+log = logging.getLogger("kvflow.runtime")
+
+_RETRY_STATUS = frozenset({502, 503, 504})
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """Connection policy of :class:`HttpClient`."""
+
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 600.0
+    retries: int = 3
+    backoff_s: float = 0.2
+    model: str | None = None
+    """Model name sent in requests; default: the server's ``/kvflow/v1/info`` model, else the first
+    of ``/v1/models``, else ``"default"``."""
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.retries < 0 or self.backoff_s < 0:
+            raise ValueError("retries and backoff_s must be >= 0")
+
+
+class HttpClient(LLMClient):
+    def __init__(self, url: str, config: HttpConfig | None = None) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"backend URL must start with http:// or https://, got {url!r}")
+        self.name = url.rstrip("/")
+        self.config = config or HttpConfig()
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None
+        timeout = httpx.Timeout(self.config.read_timeout_s, connect=self.config.connect_timeout_s)
+        self._http = httpx.AsyncClient(base_url=self.name, timeout=timeout, headers=headers)
+        self._probe_lock = asyncio.Lock()
+        self._probed = False
+        self._kvflow = False
+        self._model = self.config.model
+        self._outbox = Outbox(self._post_steps, self.name)
+        self._held: list[StepsUpdate] = []
+
+    @property
+    def supports_hints(self) -> bool:
+        return self._kvflow
+
+    # ------------------------------------------------------------------ probing
+    async def _probe(self) -> None:
+        async with self._probe_lock:
+            if self._probed:
+                return
+            response = await self._request("GET", INFO_ROUTE)
+            info = _json_object(response) if response.status_code == 200 else None
+            self._kvflow = info is not None
+            if info is None:
+                warnings.warn(
+                    f"{self.name} has no {INFO_ROUTE}: it is not a kvflow server, so requests carry "
+                    f"no hints and the cache will not follow the workflow",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            if self._model is None:
+                self._model = (info or {}).get("model") or await self._first_model() or "default"
+            self._probed = True
+            held, self._held = self._held, []
+            for update in held:
+                self.send_steps(update)
+
+    async def _first_model(self) -> str | None:
+        response = await self._request("GET", "/v1/models")
+        data = _json_object(response) if response.status_code == 200 else None
+        try:
+            return str(data["data"][0]["id"])  # type: ignore[index]
+        except (TypeError, KeyError, IndexError):
+            return None
+
+    # ------------------------------------------------------------------ calls
+    async def chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None) -> LLMReply:
+        await self._probe()
+        body: dict[str, Any] = {"model": self._model, "messages": list(messages), **sampling.as_request()}
+        if hint is not None and self._kvflow:
+            body = attach_hint(body, hint)
+        response = await self._request("POST", "/v1/chat/completions", json=body)
+        if response.status_code != 200:
+            raise BackendError(self.name, f"chat completion failed with HTTP {response.status_code}: {_error_text(response)}")
+        return _parse_completion(response, self.name)
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        delay = self.config.backoff_s
+        for attempt in range(self.config.retries + 1):
+            last = attempt == self.config.retries
+            try:
+                response = await self._http.request(method, path, **kwargs)
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                if last:
+                    raise BackendError(
+                        self.name,
+                        f"{method} {path} failed after {attempt + 1} attempts: {type(exc).__name__}: {exc or 'no reply'}",
+                    ) from exc
+            else:
+                if response.status_code not in _RETRY_STATUS or last:
+                    return response
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ steps
+    def send_steps(self, update: StepsUpdate) -> None:
+        if not self._probed:
+            # Whether the server wants updates is unknown until the first call has probed it.
+            self._held = [u for u in self._held if u.workflow_id != update.workflow_id or u.done] + [update]
+            return
+        if self._kvflow:
+            self._outbox.put(update)
+
+    async def _post_steps(self, update: StepsUpdate) -> None:
+        response = await self._http.post(STEPS_ROUTE, json=update.model_dump(mode="json"))
+        if response.status_code >= 400:
+            raise BackendError(self.name, f"steps update rejected with HTTP {response.status_code}: {_error_text(response)}")
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        if self._held and not self._probed:
+            try:
+                await asyncio.wait_for(self._probe(), timeout)
+            except (BackendError, asyncio.TimeoutError) as exc:
+                log.warning("could not deliver steps updates to %s: %s", self.name, exc)
+                self._held.clear()
+        await self._outbox.flush(timeout)
+
+    async def aclose(self) -> None:
+        try:
+            await self.flush()
+        finally:
+            await self._outbox.close(1.0)
+            await self._http.aclose()
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+    try:
+        data = response.json()
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _error_text(response: httpx.Response) -> str:
+    data = _json_object(response)
+    if data is not None:
+        err = data.get("error", data.get("detail", data))
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])
+        return str(err)[:500]
+    return response.text[:500] or "(empty body)"
+
+
+def _parse_completion(response: httpx.Response, backend: str) -> LLMReply:
+    data = _json_object(response)
+    try:
+        if data is None:
+            raise ValueError("the body is not a JSON object")
+        content = data["choices"][0]["message"]["content"]
+        if not isinstance(content, str):
+            raise ValueError("choices[0].message.content is not a string")
+        usage = data.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        return LLMReply(
+            text=content,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            cached_tokens=int(details.get("cached_tokens") or 0),
+        )
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        snippet = response.text[:200].replace("\n", " ")
+        raise BackendError(backend, f"reply is not a chat completion ({type(exc).__name__}: {exc}); body starts {snippet!r}") from None
