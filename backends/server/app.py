@@ -1,0 +1,80 @@
+"""Assembles the FastAPI application around a :class:`~backends.base.ServingEngine`.
+
+Middleware order, outermost first: metrics (sees every answer, rejections included), API key
+(rejects before any body is read), body size (413 before parsing), then the routes.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Iterable
+
+from fastapi import FastAPI
+from fastapi.responses import Response
+
+from backends.base import ServingEngine
+from backends.server.auth import APIKeyAuth
+from backends.server.errors import install_error_handlers
+from backends.server.generate_api import generate_router
+from backends.server.kvflow_api import StepsObserver, kvflow_router
+from backends.server.limits import BodySizeLimit, ServerLimits
+from backends.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics, render_metrics
+from backends.server.openai_routes import openai_router
+from backends.server.serving import RequestObserver, ServerContext
+
+__all__ = ["create_app"]
+
+
+def create_app(
+    engine: ServingEngine,
+    *,
+    api_key: str | None = None,
+    limits: ServerLimits | None = None,
+    model_aliases: Iterable[str] = (),
+    manage_engine: bool = True,
+    on_request: RequestObserver | None = None,
+    on_steps: StepsObserver | None = None,
+) -> FastAPI:
+    """Build the server app.
+
+    ``api_key``: required on every route but ``/health`` when set. ``model_aliases``: extra names
+    the ``model`` field may use besides ``engine.model_name``. ``manage_engine``: start the engine
+    when the app starts and shut it down when it stops (its loop must be the server's loop).
+    ``on_request``/``on_steps``: in-process observers of accepted requests and steps updates
+    (for tests and tracing; they must not block).
+    """
+    ctx = ServerContext(
+        engine=engine,
+        limits=limits or ServerLimits(),
+        model_names=frozenset({engine.model_name, *model_aliases}),
+        observer=on_request,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if manage_engine:
+            await engine.start()
+        try:
+            yield
+        finally:
+            if manage_engine:
+                await engine.shutdown()
+
+    app = FastAPI(title="kvflow", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    install_error_handlers(app)
+    routers = [openai_router(ctx), generate_router(ctx), kvflow_router(ctx, on_steps)]
+    for router in routers:
+        app.include_router(router)
+    metrics = ServerMetrics(["/metrics", *(route.path for router in routers for route in router.routes)])
+
+    @app.get("/metrics")
+    async def metrics_route() -> Response:
+        return Response(render_metrics(metrics, engine.stats()), media_type=CONTENT_TYPE)
+
+    # add_middleware wraps: the last added runs first.
+    app.add_middleware(BodySizeLimit, limits=ctx.limits)
+    if api_key is not None:
+        app.add_middleware(APIKeyAuth, api_key=api_key)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.state.kvflow = ctx
+    return app

@@ -1,0 +1,173 @@
+"""SGLang's native ``/generate`` route, in the request/response shape SGLang 0.5.23 uses.
+
+As in SGLang, unknown top-level keys are ignored and unknown ``sampling_params`` keys are rejected.
+SGLang sampling options the embedded engine does not implement (top_k, penalties, ...) are accepted
+only at their neutral value, so a client written for SGLang's defaults works and one that relies on
+them hears about it instead of getting silently different sampling. The hint rides in
+``sampling_params.custom_params.kvflow``; its ``fixed_prefix`` counts characters of ``text`` or tokens
+of ``input_ids``. Streams send cumulative ``text`` in every event, as SGLang does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from backends.base import EncodedPrompt, GenerateRequest, GenerateResult, StreamEvent
+from backends.server.errors import APIError
+from backends.server.serving import ServerContext, complete, hint_error, open_stream, parse_body, sse_response
+from kvflow_orch.protocol import HintError, extract_hint
+
+__all__ = ["GenerateBody", "SGLangSamplingParams", "generate_router", "meta_info"]
+
+DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
+
+# SGLang option -> the values that leave sampling unchanged (the only ones accepted here).
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "top_k": (-1, 0),
+    "min_p": (0.0,),
+    "frequency_penalty": (0.0,),
+    "presence_penalty": (0.0,),
+    "repetition_penalty": (1.0,),
+    "min_new_tokens": (0,),
+    "skip_special_tokens": (True,),
+    "spaces_between_special_tokens": (True,),
+    "no_stop_trim": (False,),
+}
+
+
+class SGLangSamplingParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    max_new_tokens: int = Field(default=DEFAULT_MAX_NEW_TOKENS, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+    n: int = Field(default=1, ge=1, le=1)
+    sampling_seed: int | None = None
+    custom_params: dict[str, Any] | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_new_tokens: int | None = None
+    skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool | None = None
+    no_stop_trim: bool | None = None
+
+    @model_validator(mode="after")
+    def _only_neutral(self) -> SGLangSamplingParams:
+        for name, neutral in _NEUTRAL.items():
+            value = getattr(self, name)
+            if value is not None and value not in neutral:
+                raise ValueError(f"{name}={value!r} is not supported by the embedded engine "
+                                 f"(accepted: {', '.join(map(repr, neutral))})")
+        return self
+
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+class GenerateBody(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    sampling_params: SGLangSamplingParams = Field(default_factory=SGLangSamplingParams)
+    stream: bool = False
+    rid: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> GenerateBody:
+        if (self.text is None) == (self.input_ids is None):
+            raise ValueError("send exactly one of text or input_ids")
+        prompt = self.text if self.text is not None else self.input_ids
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+            raise ValueError("batched /generate requests are not supported; send one prompt per request")
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if isinstance(prompt, list) and min(prompt) < 0:  # type: ignore[type-var]
+            raise ValueError("input_ids must be >= 0")
+        return self
+
+
+def _finish_reason(result: GenerateResult) -> dict[str, Any]:
+    if result.finish_reason == "length":
+        return {"type": "length", "length": len(result.output_ids)}
+    return {"type": result.finish_reason}
+
+
+def meta_info(rid: str, result: GenerateResult) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": len(result.output_ids),
+        "cached_tokens": result.cached_tokens,
+        "finish_reason": _finish_reason(result),
+        "e2e_latency": result.total_s,
+    }
+
+
+def generate_router(ctx: ServerContext) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/generate")
+    async def generate(request: Request) -> Response:
+        body = await parse_body(request, GenerateBody)
+        sp = body.sampling_params
+        try:
+            hint = extract_hint({"sampling_params": {"custom_params": sp.custom_params}}, route="generate")
+        except HintError as exc:
+            raise hint_error(exc) from None
+        fixed = hint.fixed_prefix if hint is not None else None
+        if body.text is not None:
+            text = body.text
+            assert isinstance(text, str)
+            try:
+                encoded = ctx.engine.tokenizer.encode_text(text, fixed_chars=fixed)
+            except ValueError as exc:
+                raise APIError(400, f"cannot encode the prompt: {exc}", code="invalid_prompt") from None
+        else:
+            ids = tuple(body.input_ids or ())  # type: ignore[arg-type]
+            ctx.check_token_ids(ids, "input_ids")
+            encoded = EncodedPrompt(ids, None if fixed is None else min(fixed, len(ids)))
+        sampling = ctx.sampling(
+            max_tokens=sp.max_new_tokens, default_max_tokens=DEFAULT_MAX_NEW_TOKENS,
+            field="sampling_params.max_new_tokens", temperature=sp.temperature, top_p=sp.top_p,
+            seed=sp.sampling_seed, stop=sp.stop_strings(), ignore_eos=sp.ignore_eos,
+        )
+        greq = GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
+                               fixed_prefix_tokens=encoded.fixed_prefix_tokens,
+                               **({"request_id": body.rid} if body.rid else {}))
+        ctx.submit("generate", greq)
+        if not body.stream:
+            result = await complete(request, ctx, greq)
+            return JSONResponse({"text": result.text, "output_ids": list(result.output_ids),
+                                 "meta_info": meta_info(greq.request_id, result)})
+        text, ids = "", []
+        started = time.perf_counter()
+
+        def render(event: StreamEvent) -> Iterable[dict[str, Any]]:
+            nonlocal text
+            text += event.text_delta
+            if event.token_id is not None:
+                ids.append(event.token_id)
+            if event.result is not None:
+                yield {"text": event.result.text, "output_ids": list(event.result.output_ids),
+                       "meta_info": meta_info(greq.request_id, event.result)}
+            elif event.text_delta or event.token_id is not None:
+                yield {"text": text, "output_ids": list(ids),
+                       "meta_info": {"id": greq.request_id, "completion_tokens": len(ids), "finish_reason": None,
+                                     "e2e_latency": time.perf_counter() - started}}
+
+        return sse_response(*await open_stream(request, ctx, greq), render)
+
+    return router

@@ -1,0 +1,45 @@
+"""kvflow's own routes: ``/kvflow/v1/info``, ``/kvflow/v1/steps``, ``/kvflow/v1/stats`` and ``/health``.
+
+None of them reveals a prompt or a workflow id: info and stats are aggregates, and the steps route
+only acknowledges. ``/health`` is the one route that works without the API key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from fastapi import APIRouter, Request
+
+from backends.server.serving import ServerContext, parse_body
+from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, StepsUpdate
+
+__all__ = ["kvflow_router", "SERVER_API_VERSION"]
+
+SERVER_API_VERSION = "v1"
+StepsObserver = Callable[[StepsUpdate], None]
+
+
+def kvflow_router(ctx: ServerContext, steps_observer: StepsObserver | None = None) -> APIRouter:
+    router = APIRouter()
+
+    @router.get(INFO_ROUTE)
+    async def info() -> dict[str, Any]:
+        return {**ctx.engine.info(), "api": SERVER_API_VERSION}
+
+    @router.post(STEPS_ROUTE)
+    async def steps(request: Request) -> dict[str, Any]:
+        update = await parse_body(request, StepsUpdate)
+        if steps_observer is not None:
+            steps_observer(update)
+        ctx.engine.apply_steps(update)
+        return {"status": "ok"}
+
+    @router.get(STATS_ROUTE)
+    async def stats() -> dict[str, Any]:
+        return ctx.engine.stats()
+
+    @router.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return router

@@ -1,0 +1,136 @@
+"""``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models``.
+
+Chat messages are encoded with the engine's chat template; the hint's ``fixed_prefix`` counts leading
+messages (the agent's fixed prompt). For ``/v1/completions`` it counts characters of a text prompt,
+or tokens of a token-id prompt.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from backends.base import EncodedPrompt, GenerateRequest, StreamEvent
+from backends.server import openai_api as api
+from backends.server.errors import APIError
+from backends.server.serving import ServerContext, complete, hint_error, open_stream, parse_body, sse_response
+from kvflow_orch.protocol import HintError, KVFlowHint, extract_hint
+
+__all__ = ["openai_router"]
+
+CHAT_DEFAULT_MAX_TOKENS = 256
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+def _hint(body: api._SamplingFields) -> KVFlowHint | None:
+    try:
+        return extract_hint({"custom_params": body.custom_params})
+    except HintError as exc:
+        raise hint_error(exc) from None
+
+
+def _check_model(ctx: ServerContext, name: str | None) -> str:
+    if name is not None and name not in ctx.model_names:
+        served = ", ".join(sorted(ctx.model_names))
+        raise APIError(404, f"model {name!r} is not served here; available: {served}", code="model_not_found")
+    return ctx.engine.model_name
+
+
+def _encode(encode: Callable[[], EncodedPrompt]) -> EncodedPrompt:
+    try:
+        encoded = encode()
+    except ValueError as exc:
+        raise APIError(400, f"cannot encode the prompt: {exc}", code="invalid_prompt") from None
+    if not encoded.input_ids:
+        raise APIError(400, "the prompt encodes to zero tokens", code="invalid_prompt")
+    return encoded
+
+
+def _request(ctx: ServerContext, body: api._SamplingFields, encoded: EncodedPrompt, hint: KVFlowHint | None,
+             default_max_tokens: int, field: str) -> GenerateRequest:
+    sampling = ctx.sampling(
+        max_tokens=body.requested_max_tokens(), default_max_tokens=default_max_tokens, field=field,
+        temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stop_strings(),
+        ignore_eos=body.ignore_eos,
+    )
+    return GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
+                           fixed_prefix_tokens=encoded.fixed_prefix_tokens)
+
+
+def openai_router(ctx: ServerContext) -> APIRouter:
+    router = APIRouter()
+    created = int(time.time())
+
+    @router.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return api.model_list(ctx.engine.model_name, created)
+
+    @router.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        body = await parse_body(request, api.ChatCompletionRequest)
+        model = _check_model(ctx, body.model)
+        if len(body.messages) > ctx.limits.max_messages:
+            raise APIError(422, f"messages: {len(body.messages)} messages; the limit is {ctx.limits.max_messages}",
+                           code="invalid_value")
+        hint = _hint(body)
+        fixed = hint.fixed_prefix if hint is not None else None
+        if fixed is not None and fixed > len(body.messages):
+            raise APIError(422, f"custom_params.kvflow.fixed_prefix: {fixed} exceeds the {len(body.messages)} "
+                           "messages sent", code="invalid_hint")
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        encoded = _encode(lambda: ctx.engine.tokenizer.encode_chat(messages, fixed_messages=fixed))
+        field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+        greq = ctx.submit("chat", _request(ctx, body, encoded, hint, CHAT_DEFAULT_MAX_TOKENS, field))
+        id_ = api.completion_id("chatcmpl")
+        if not body.stream:
+            result = await complete(request, ctx, greq)
+            return JSONResponse(api.chat_completion(id_, model, result))
+        role_sent = False
+
+        def render(event: StreamEvent) -> Iterable[dict[str, Any]]:
+            nonlocal role_sent
+            if not role_sent:
+                role_sent = True
+                yield api.chat_chunk(id_, model, {"role": "assistant", "content": ""})
+            if event.text_delta:
+                yield api.chat_chunk(id_, model, {"content": event.text_delta})
+            if event.result is not None:
+                yield api.chat_chunk(id_, model, {}, event.result.finish_reason)
+                if body.wants_usage_chunk():
+                    yield api.usage_chunk(id_, "chat.completion.chunk", model, event.result)
+
+        return sse_response(*await open_stream(request, ctx, greq), render)
+
+    @router.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body = await parse_body(request, api.CompletionRequest)
+        model = _check_model(ctx, body.model)
+        hint = _hint(body)
+        fixed = hint.fixed_prefix if hint is not None else None
+        prompt = body.prompt
+        if isinstance(prompt, str):
+            encoded = _encode(lambda: ctx.engine.tokenizer.encode_text(prompt, fixed_chars=fixed))
+        else:
+            ctx.check_token_ids(tuple(prompt), "prompt")
+            encoded = EncodedPrompt(tuple(prompt), None if fixed is None else min(fixed, len(prompt)))
+        greq = ctx.submit("completions", _request(ctx, body, encoded, hint, COMPLETION_DEFAULT_MAX_TOKENS,
+                                                  "max_tokens"))
+        id_ = api.completion_id("cmpl")
+        if not body.stream:
+            result = await complete(request, ctx, greq)
+            return JSONResponse(api.text_completion(id_, model, result))
+
+        def render(event: StreamEvent) -> Iterable[dict[str, Any]]:
+            if event.text_delta:
+                yield api.text_chunk(id_, model, event.text_delta)
+            if event.result is not None:
+                yield api.text_chunk(id_, model, "", event.result.finish_reason)
+                if body.wants_usage_chunk():
+                    yield api.usage_chunk(id_, "text_completion", model, event.result)
+
+        return sse_response(*await open_stream(request, ctx, greq), render)
+
+    return router

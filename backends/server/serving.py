@@ -1,0 +1,177 @@
+"""How a route hands a request to the engine: body parsing, sampling limits, cancellation on
+client disconnect, and Server-Sent Events.
+
+Invariant: a request whose client goes away is cancelled in the engine (its KV slots come back),
+whether the client leaves while waiting for a whole answer or in the middle of a stream; an engine
+failure is always reported as the JSON error shape, in-band (``data: {"error": ...}``) once a stream
+has started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
+
+import anyio
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ValidationError
+
+from backends.base import GenerateRequest, GenerateResult, SamplingParams, ServingEngine, StreamEvent
+from backends.server.errors import APIError, ClientDisconnected, error_body, from_engine_error, from_validation_error
+from backends.server.limits import ServerLimits
+from kvflow_orch.protocol import HintError
+
+__all__ = ["ServerContext", "parse_body", "until_disconnect", "complete", "open_stream", "sse_response"]
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+RequestObserver = Callable[[str, GenerateRequest], None]
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    """What every route needs: the engine, the limits and an optional observer of accepted requests
+    (called with the route and the :class:`GenerateRequest` before it reaches the engine)."""
+
+    engine: ServingEngine
+    limits: ServerLimits
+    model_names: frozenset[str]
+    """Names a request's ``model`` field may use (the engine's own name plus any aliases)."""
+    observer: RequestObserver | None = None
+
+    def sampling(
+        self, *, max_tokens: int | None, default_max_tokens: int, field: str, temperature: float,
+        top_p: float, seed: int | None, stop: tuple[str, ...], ignore_eos: bool,
+    ) -> SamplingParams:
+        tokens = default_max_tokens if max_tokens is None else max_tokens
+        if tokens > self.limits.max_tokens:
+            raise APIError(422, f"{field}: {tokens} exceeds the server limit of {self.limits.max_tokens}",
+                           code="invalid_value")
+        if len(stop) > self.limits.max_stop:
+            raise APIError(422, f"stop: {len(stop)} stop strings; the limit is {self.limits.max_stop}",
+                           code="invalid_value")
+        try:
+            return SamplingParams(max_tokens=tokens, temperature=temperature, top_p=top_p, seed=seed,
+                                  stop=stop, ignore_eos=ignore_eos)
+        except ValueError as exc:
+            raise APIError(422, str(exc), code="invalid_value") from None
+
+    def check_token_ids(self, ids: tuple[int, ...], field: str) -> None:
+        vocab = getattr(self.engine.tokenizer, "vocab_size", None)
+        if vocab is not None and ids and max(ids) >= vocab:
+            raise APIError(422, f"{field}: token id {max(ids)} is outside the vocabulary (size {vocab})",
+                           code="invalid_value")
+
+    def submit(self, route: str, request: GenerateRequest) -> GenerateRequest:
+        if self.observer is not None:
+            self.observer(route, request)
+        return request
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    """Read and validate a JSON body: 400 for bytes that are not JSON (or not an object), 422 naming
+    the field for anything else."""
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+def hint_error(exc: HintError) -> APIError:
+    return APIError(422, str(exc), code="invalid_hint")
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` unless the client disconnects first; then cancel it (which cancels the
+    engine request) and raise :class:`ClientDisconnected`."""
+    work = asyncio.ensure_future(awaitable)
+    gone = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():
+            work.cancel()
+        # Wait for the engine to finish cancelling, so its slots are free when we answer.
+        await asyncio.gather(work, gone, return_exceptions=True)
+    if work.cancelled():
+        raise ClientDisconnected()
+    return work.result()
+
+
+async def complete(request: Request, ctx: ServerContext, greq: GenerateRequest) -> GenerateResult:
+    try:
+        return await until_disconnect(request, ctx.engine.generate(greq))
+    except (ClientDisconnected, APIError):
+        raise
+    except Exception as exc:
+        raise from_engine_error(exc) from None
+
+
+async def _aclose(events: AsyncIterator[StreamEvent]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        # Shielded: closing is what cancels the engine request, so it must run even while the
+        # response task is being cancelled because the client left.
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+async def open_stream(
+    request: Request, ctx: ServerContext, greq: GenerateRequest
+) -> tuple[StreamEvent, AsyncIterator[StreamEvent]]:
+    """Start a stream and wait for its first event, so that a request the engine refuses
+    (too large, invalid) still gets a proper HTTP status instead of a 200 with an in-band error."""
+    events = ctx.engine.stream(greq).__aiter__()
+    try:
+        first = await until_disconnect(request, events.__anext__())
+    except BaseException as exc:
+        await _aclose(events)
+        if isinstance(exc, (ClientDisconnected, APIError)) or not isinstance(exc, Exception):
+            raise
+        if isinstance(exc, StopAsyncIteration):
+            exc = RuntimeError("the engine ended the stream without a result")
+        raise from_engine_error(exc) from None
+    return first, events
+
+
+def _data(payload: Any) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _sse_body(
+    first: StreamEvent, events: AsyncIterator[StreamEvent], render: Callable[[StreamEvent], Iterable[Any]]
+) -> AsyncIterator[bytes]:
+    try:
+        for payload in render(first):
+            yield _data(payload)
+        if first.result is None:
+            async for event in events:
+                for payload in render(event):
+                    yield _data(payload)
+    except Exception as exc:
+        error = exc if isinstance(exc, APIError) else from_engine_error(exc)
+        yield _data(error_body(error.message, error.type, error.code))
+    finally:
+        await _aclose(events)
+    yield b"data: [DONE]\n\n"
+
+
+def sse_response(
+    first: StreamEvent, events: AsyncIterator[StreamEvent], render: Callable[[StreamEvent], Iterable[Any]]
+) -> StreamingResponse:
+    """``text/event-stream`` of ``render(event)`` payloads, ending with ``data: [DONE]``."""
+    return StreamingResponse(
+        _sse_body(first, events, render),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+    )
