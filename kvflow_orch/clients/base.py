@@ -35,6 +35,8 @@ class LLMReply(NamedTuple):
     completion_tokens: int
     cached_tokens: int
     """Prompt tokens the backend did not recompute (device hits, host reloads, prefetched)."""
+    fixed_tokens: int | None = None
+    """Tokens of the fixed (system) prefix, when the backend knows the boundary."""
 
 
 class BackendError(RuntimeError):

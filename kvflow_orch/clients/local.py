@@ -66,7 +66,13 @@ class LocalClient(LLMClient):
             result = await self.engine.generate(request)
         except (EngineError, ValueError) as exc:
             raise BackendError(self.name, f"{type(exc).__name__}: {exc}") from exc
-        return LLMReply(result.text, result.prompt_tokens, len(result.output_ids), result.cached_tokens)
+        return LLMReply(
+            result.text,
+            result.prompt_tokens,
+            len(result.output_ids),
+            result.cached_tokens,
+            encoded.fixed_prefix_tokens,
+        )
 
     def send_steps(self, update: StepsUpdate) -> None:
         try:

@@ -38,6 +38,7 @@ class RecordingServer:
     def __init__(self, behaviour: Behaviour | None = None) -> None:
         self.behaviour = behaviour or Behaviour()
         self.requests: list[Recorded] = []
+        self.down = False
         self.lock = threading.Lock()
         server = self
 
@@ -47,7 +48,15 @@ class RecordingServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def _gone(self) -> bool:
+                # A stopped server drops even kept-alive connections without answering.
+                if server.down:
+                    self.close_connection = True
+                return server.down
+
             def do_GET(self) -> None:
+                if self._gone():
+                    return
                 server._record(self, None)
                 if self.path == "/kvflow/v1/info" and server.behaviour.kvflow:
                     self._send(200, {"version": "test", "model": "recorder", "policy": "kvflow"})
@@ -57,6 +66,8 @@ class RecordingServer:
                     self._send(404, {"detail": "Not Found"})
 
             def do_POST(self) -> None:
+                if self._gone():
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
                 try:
@@ -89,7 +100,7 @@ class RecordingServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
@@ -103,6 +114,7 @@ class RecordingServer:
         return self
 
     def stop(self) -> None:
+        self.down = True
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(5)
@@ -118,6 +130,12 @@ class RecordingServer:
 
     def hints(self) -> list[dict[str, Any] | None]:
         return [(c.get("custom_params") or {}).get("kvflow") for c in self.chats()]
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients that cancel mid-request (the cancellation tests) break the pipe; that is expected.
+        pass
 
 
 def _completion(body: dict[str, Any], cached: int) -> dict[str, Any]:

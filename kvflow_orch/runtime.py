@@ -1,0 +1,312 @@
+"""Run a workflow: nodes as asyncio tasks driven by the Agent Step Graph tracker, with hints.
+
+    from kvflow_orch import run
+    result = run(wf, {"idea": "a todo app"}, backend="local:tiny-random")
+    result.state["code"], result.trace
+
+Execution model:
+
+* A node starts as soon as the tracker says it is triggered; fan-out runs concurrently, AND-joins
+  wait (the tracker keeps the arrival flags), a node may run again while a cycle retriggers it.
+* When a node finishes, its update is merged into the state (see :mod:`kvflow_orch._state`), its
+  routers run on the merged state, and the tracker learns what they chose.
+* Every LLM call carries a :class:`KVFlowHint` with the steps of every agent at call time; when a
+  non-LLM node starts or finishes, when a router chooses and when the run ends (done), an
+  out-of-band steps update goes to the backend without blocking the workflow.
+* Any failure (a node raising, a router returning an unknown key, the backend failing, more than
+  ``max_steps`` node executions) raises a :class:`WorkflowError` naming the node; on failure and on
+  cancellation every task of the run is cancelled and awaited before the error propagates, and the
+  backend is told the workflow is done.
+
+``backend`` forms are listed in :mod:`kvflow_orch.clients`. Plain (non-async) function nodes run on
+the event loop, so keep them short; plain-function *custom agents* run in a worker thread so that
+``ctx.llm_sync`` can block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import time
+import uuid
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+
+from .clients import BackendError, LLMClient, open_client
+from .constants import END, START
+from .context import AgentContext
+from .errors import WorkflowError
+from .nodes import AgentNode, CustomAgentNode, FunctionNode, render_prompt
+from .protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate, steps_to_wire
+from .trace import CallRecord, NodeRecord
+from ._state import StateStore
+from ._threads import run_in_thread
+
+__all__ = ["RunResult", "NodeEvent", "run", "arun", "run_many", "arun_many"]
+
+
+class RunResult(NamedTuple):
+    state: dict[str, Any]
+    trace: tuple[NodeRecord, ...]
+    """One record per node execution, in finishing order."""
+    calls: tuple[CallRecord, ...]
+    """One record per LLM call, in finishing order (what ``kvflow run --record`` writes)."""
+    workflow_id: str
+
+
+class NodeEvent(NamedTuple):
+    """Progress report passed to ``on_event``: ``kind`` is "start" or "finish"."""
+
+    kind: str
+    workflow_id: str
+    node: str
+    agent: str | None
+    record: NodeRecord | None
+
+
+def _compile(workflow: Any) -> Any:
+    from .asg import AgentStepGraph
+
+    if isinstance(workflow, AgentStepGraph):
+        return workflow
+    if hasattr(workflow, "compile") and hasattr(workflow, "add_agent"):
+        return workflow.compile()
+    raise WorkflowError(f"run() needs a Workflow or an AgentStepGraph, got {type(workflow).__name__}")
+
+
+class _Execution:
+    """One workflow instance in flight."""
+
+    def __init__(self, asg: Any, client: LLMClient, workflow_id: str, namespace: str, max_steps: int, on_event) -> None:
+        self.asg = asg
+        self.client = client
+        self.workflow_id = workflow_id
+        self.namespace = namespace
+        self.max_steps = max_steps
+        self.on_event = on_event
+        self.tracker = asg.tracker()
+        self.t0 = time.perf_counter()
+        self.clock = 0
+        self.executions: collections.Counter[str] = collections.Counter()
+        self.trace: list[NodeRecord] = []
+        self.calls: list[CallRecord] = []
+
+    # --------------------------------------------------------------- hints
+    def hint_for(self, agent: str) -> KVFlowHint:
+        return KVFlowHint(
+            workflow_id=self.workflow_id,
+            namespace=self.namespace,
+            agent=agent,
+            steps=steps_to_wire(self.tracker.agent_steps()),
+            fixed_prefix=1,
+        )
+
+    def send_steps(self, done: bool = False) -> None:
+        steps = {} if done else steps_to_wire(self.tracker.agent_steps())
+        self.client.send_steps(StepsUpdate(workflow_id=self.workflow_id, namespace=self.namespace, steps=steps, done=done))
+
+    # --------------------------------------------------------------- routing
+    async def route(self, node: str, state: Mapping[str, Any]) -> list[str] | None:
+        branches = self.asg.branches_of(node)
+        if not branches:
+            return None
+        chosen: list[str] = []
+        for branch in branches:
+            try:
+                picked = branch.router(state)
+                if inspect.isawaitable(picked):
+                    picked = await picked
+            except Exception as exc:
+                raise WorkflowError(f"router of node {node!r} raised {type(exc).__name__}: {exc}") from exc
+            items = picked if isinstance(picked, (list, tuple)) else [picked]
+            for item in items:
+                chosen.append(_target(node, branch, item))
+        return list(dict.fromkeys(chosen))
+
+    # --------------------------------------------------------------- nodes
+    async def execute(self, name: str, state: dict[str, Any]) -> tuple[Any, AgentContext | None]:
+        node = self.asg.nodes[name]
+        try:
+            if isinstance(node, FunctionNode):
+                result = node.fn(state)
+                if inspect.isawaitable(result):
+                    result = await result
+                return result, None
+            ctx = AgentContext(self, name, node.agent, node.system, node.sampling, state)
+            if isinstance(node, AgentNode):
+                text = await ctx.llm(render_prompt(node, state))
+                return ({node.output: text} if node.output else None), ctx
+            if isinstance(node, CustomAgentNode):
+                if inspect.iscoroutinefunction(node.fn):
+                    return await node.fn(ctx, ctx.state), ctx
+                return await run_in_thread(node.fn, ctx, ctx.state, on_cancel=ctx.cancel_calls), ctx
+            raise WorkflowError(f"node {name!r} has an unknown kind {type(node).__name__}")
+        except WorkflowError:
+            raise
+        except BackendError as exc:
+            raise WorkflowError(f"node {name!r}: LLM call failed: {exc}") from exc
+        except Exception as exc:
+            raise WorkflowError(f"node {name!r} raised {type(exc).__name__}: {exc}") from exc
+
+    def _loop_names(self) -> str:
+        repeated = [n for n, c in self.executions.most_common() if c > 1]
+        return " -> ".join(repeated or list(self.executions))
+
+    async def drive(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        store = StateStore(inputs, self.asg.reducers)
+        tracker = self.tracker
+        if self.asg.branches_of(START):
+            tracker.finish(START, goto=await self.route(START, store.values))
+        running: dict[asyncio.Task, tuple[str, int, float]] = {}
+        try:
+            while True:
+                for name in sorted(tracker.triggered):
+                    self._start(name, store, running)
+                if not running:
+                    break
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=lambda t: running[t][1]):
+                    name, started, t_start = running.pop(task)
+                    update, ctx = task.result()
+                    self.clock += 1
+                    store.merge(name, update, started, self.clock)
+                    goto = await self.route(name, store.values)
+                    tracker.finish(name, goto=goto)
+                    self._record(name, t_start, ctx)
+                    if goto is not None or self.asg.agent_of(name) is None:
+                        self.send_steps()
+        finally:
+            await _cancel_all(running)
+        return store.values
+
+    def _start(self, name: str, store: StateStore, running: dict) -> None:
+        self.executions[name] += 1
+        if sum(self.executions.values()) > self.max_steps:
+            raise WorkflowError(
+                f"workflow {self.asg.name!r} exceeded max_steps={self.max_steps} node executions; "
+                f"the loop that kept running: {self._loop_names()} (node {name!r} was about to run "
+                f"again); make its router reach END or raise max_steps"
+            )
+        self.tracker.start(name)
+        self.clock += 1
+        agent = self.asg.agent_of(name)
+        if agent is None:
+            self.send_steps()
+        if self.on_event is not None:
+            self.on_event(NodeEvent("start", self.workflow_id, name, agent, None))
+        task = asyncio.get_running_loop().create_task(self.execute(name, store.snapshot()), name=f"kvflow:{name}")
+        running[task] = (name, self.clock, time.perf_counter() - self.t0)
+
+    def _record(self, name: str, t_start: float, ctx: AgentContext | None) -> None:
+        calls = ctx.calls if ctx is not None else []
+        record = NodeRecord(
+            node=name,
+            agent=self.asg.agent_of(name),
+            start=t_start,
+            end=time.perf_counter() - self.t0,
+            prompt_tokens=sum(c.prompt_tokens for c in calls),
+            completion_tokens=sum(c.completion_tokens for c in calls),
+            cached_tokens=sum(c.cached_tokens for c in calls),
+            llm_calls=len(calls),
+        )
+        self.trace.append(record)
+        self.calls.extend(calls)
+        if self.on_event is not None:
+            self.on_event(NodeEvent("finish", self.workflow_id, name, record.agent, record))
+
+
+def _target(node: str, branch: Any, item: Any) -> str:
+    try:
+        if item in branch.path_map:
+            return branch.path_map[item]
+    except TypeError:  # unhashable router result
+        pass
+    if item == END or item in branch.targets:
+        return item
+    raise WorkflowError(
+        f"router of node {node!r} returned {item!r}, which is neither a key of its path_map "
+        f"{sorted(map(str, branch.path_map))} nor one of its targets {sorted(branch.targets)}"
+    )
+
+
+async def _cancel_all(tasks: Iterable[asyncio.Task]) -> None:
+    pending = [t for t in tasks if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def arun(
+    workflow: Any,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    backend: Any = "local",
+    workflow_id: str | None = None,
+    namespace: str | None = None,
+    max_steps: int = 100,
+    on_event: Callable[[NodeEvent], None] | None = None,
+) -> RunResult:
+    """Run one workflow instance; see the module docstring. ``workflow`` is a Workflow or its ASG."""
+    asg = _compile(workflow)
+    if not isinstance(max_steps, int) or max_steps <= 0:
+        raise WorkflowError(f"max_steps must be a positive integer, got {max_steps!r}")
+    opened = open_client(backend)
+    run_ = _Execution(
+        asg,
+        opened.client,
+        workflow_id or f"{asg.name}-{uuid.uuid4().hex[:12]}",
+        namespace or DEFAULT_NAMESPACE,
+        max_steps,
+        on_event,
+    )
+    try:
+        state = await run_.drive(inputs or {})
+    finally:
+        run_.send_steps(done=True)
+        if opened.owned:
+            await opened.client.aclose()
+        else:
+            await opened.client.flush()
+    return RunResult(state, tuple(run_.trace), tuple(run_.calls), run_.workflow_id)
+
+
+def run(workflow: Any, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> RunResult:
+    """Blocking :func:`arun` (starts its own event loop; call :func:`arun` inside async code)."""
+    return asyncio.run(arun(workflow, inputs, **kwargs))
+
+
+async def arun_many(
+    workflow: Any,
+    inputs: Sequence[Mapping[str, Any]],
+    *,
+    backend: Any = "local",
+    namespace: str | None = None,
+    max_steps: int = 100,
+    on_event: Callable[[NodeEvent], None] | None = None,
+) -> list[RunResult]:
+    """Run one instance per input concurrently over one shared backend; results in input order.
+
+    If one instance fails, the others are cancelled and the first error is raised.
+    """
+    asg = _compile(workflow)
+    opened = open_client(backend)
+    try:
+        tasks = [
+            asyncio.ensure_future(
+                arun(asg, inp, backend=opened.client, namespace=namespace, max_steps=max_steps, on_event=on_event)
+            )
+            for inp in inputs
+        ]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            await _cancel_all(tasks)
+    finally:
+        if opened.owned:
+            await opened.client.aclose()
+
+
+def run_many(workflow: Any, inputs: Sequence[Mapping[str, Any]], **kwargs: Any) -> list[RunResult]:
+    """Blocking :func:`arun_many`."""
+    return asyncio.run(arun_many(workflow, inputs, **kwargs))
