@@ -190,7 +190,9 @@ class AgentStepGraph:
 
     def _require(self, node: str, *, allow_start: bool = False) -> int:
         index = self._index_of.get(node)
-        if index is None or (node == START and not allow_start):
+        if node == START and not allow_start:
+            raise WorkflowError(f"START ({START!r}) is not a node that runs; name a workflow node")
+        if index is None:
             raise WorkflowError(f"workflow {self.name!r} has no node {node!r}")
         return index
 
