@@ -1,0 +1,38 @@
+"""The cache brain: a two-tier radix KV cache with workflow-aware eviction, hints and prefetch.
+
+Pure Python (no torch, no device): it manages slot *indices*; the engine owns the tensors and
+performs the copies that results report (:class:`Demotion`, :class:`LoadTask`,
+:class:`OffloadTask`). The hint table and :func:`kvflow_key` stand on their own for the SGLang
+plugin.
+"""
+
+from __future__ import annotations
+
+from .allocator import SlotAllocator
+from .cache import KVCache
+from .config import DEFAULT_HINT_TTL_S, CacheConfig
+from .errors import CacheError, IntegrityError, LockError, SlotError, UnknownTaskError
+from .hints import INF, AgentRef, HintError, HintTable
+from .policy import (
+    TIER_HINTED, TIER_UNHINTED, TIER_UNTAGGED, BeladyPolicy, EvictionPolicy, KVFlowPolicy, LRUPolicy,
+    kvflow_key, make_policy, node_steps, policy_names, register_policy,
+)
+from .prefetch import PrefetchPlan
+from .radix import Node, NodeState, RadixTree
+from .results import (
+    Admission, Allocation, Demotion, EvictResult, InsertResult, LoadTask, MatchResult, OffloadTask,
+)
+from .segment import Segmenter, common_prefix_len
+from .stats import CacheStats
+
+__all__ = [
+    "KVCache", "CacheConfig", "DEFAULT_HINT_TTL_S",
+    "MatchResult", "InsertResult", "Demotion", "EvictResult", "LoadTask", "OffloadTask",
+    "Allocation", "Admission", "PrefetchPlan",
+    "HintTable", "AgentRef", "HintError", "INF",
+    "EvictionPolicy", "LRUPolicy", "KVFlowPolicy", "BeladyPolicy", "kvflow_key", "node_steps",
+    "TIER_UNTAGGED", "TIER_UNHINTED", "TIER_HINTED", "register_policy", "make_policy", "policy_names",
+    "Segmenter", "common_prefix_len", "CacheStats", "SlotAllocator",
+    "Node", "NodeState", "RadixTree",
+    "CacheError", "LockError", "UnknownTaskError", "IntegrityError", "SlotError",
+]

@@ -1,0 +1,68 @@
+"""Frozen configuration of the cache brain, built once at the edge (engine, simulator, CLI)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CacheConfig", "DEFAULT_HINT_TTL_S"]
+
+DEFAULT_HINT_TTL_S = 600.0
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Sizes are in tokens (one slot holds the KV of one token in every layer).
+
+    * ``host_tokens == 0`` means no host tier: an evicted device node is dropped.
+    * ``write_through``: every inserted node gets host slots at insert (reported as an
+      :class:`~backends.kvcache.results.OffloadTask`), so a later demotion costs no copy.
+    * ``namespace_cap_tokens``: most fixed-prefix tokens one namespace may protect with finite
+      steps; ``None`` means half the device pool.
+    * ``prefetch_lookahead``: agents whose steps are <= this are prefetch candidates.
+    * ``max_inflight_loads``: at most this many prefetch load tasks in flight at once.
+    * ``segment_history``: how many recent requests per agent the segmentation heuristic compares.
+    * ``max_tracked_agents`` / ``max_workflows``: memory bounds of the hint and segmentation tables;
+      the least recently used entry is forgotten beyond them.
+    """
+
+    device_tokens: int
+    host_tokens: int = 0
+    policy: str = "kvflow"
+    write_through: bool = False
+    hint_ttl_s: float = DEFAULT_HINT_TTL_S
+    namespace_cap_tokens: int | None = None
+    prefetch: bool = True
+    prefetch_lookahead: int = 1
+    max_inflight_loads: int = 4
+    segment_history: int = 2
+    max_tracked_agents: int = 65536
+    max_workflows: int = 16384
+
+    def __post_init__(self) -> None:
+        if self.device_tokens <= 0:
+            raise ValueError(f"device_tokens must be > 0, got {self.device_tokens}")
+        if self.host_tokens < 0:
+            raise ValueError(f"host_tokens must be >= 0, got {self.host_tokens}")
+        if self.hint_ttl_s <= 0:
+            raise ValueError(f"hint_ttl_s must be > 0, got {self.hint_ttl_s}")
+        if self.namespace_cap_tokens is not None and self.namespace_cap_tokens < 0:
+            raise ValueError(f"namespace_cap_tokens must be >= 0, got {self.namespace_cap_tokens}")
+        if self.prefetch_lookahead < 0:
+            raise ValueError(f"prefetch_lookahead must be >= 0, got {self.prefetch_lookahead}")
+        if self.max_inflight_loads < 0:
+            raise ValueError(f"max_inflight_loads must be >= 0, got {self.max_inflight_loads}")
+        if self.segment_history < 2:
+            raise ValueError(f"segment_history must be >= 2, got {self.segment_history}")
+        if self.max_tracked_agents <= 0 or self.max_workflows <= 0:
+            raise ValueError("max_tracked_agents and max_workflows must be > 0")
+
+    @property
+    def has_host_tier(self) -> bool:
+        return self.host_tokens > 0
+
+    @property
+    def effective_namespace_cap(self) -> int:
+        """Protected-token cap per namespace (default: half the device pool)."""
+        if self.namespace_cap_tokens is None:
+            return self.device_tokens // 2
+        return self.namespace_cap_tokens

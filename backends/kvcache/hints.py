@@ -1,0 +1,199 @@
+"""Hint table: per-workflow steps-to-execution, combined by min, with TTL and a per-namespace cap.
+
+Usable on its own (the SGLang plugin uses it without the radix tree). Agents are identified by an
+:data:`AgentRef` ``(namespace, agent)``; workflows by ``(namespace, workflow_id)``.
+
+Rules (issue 3):
+
+* A hint or a steps update *replaces* the step map of its workflow (the orchestrator re-sends the
+  steps of every agent each time). A hint's calling agent gets 0 when its map omits it: it runs now.
+* An agent's steps = min over every live workflow of its namespace that names it; ``inf`` when none.
+* A workflow is forgotten on ``done`` or when it has not been updated for ``ttl_s`` seconds;
+  :meth:`HintTable.expire` applies the TTL (cheap; callers run it before decisions).
+* Namespace cap: the agents of a namespace with finite steps are protected in ascending steps order
+  while the sum of their fixed-prefix tokens stays within ``cap_tokens``; the rest (least urgent)
+  get ``inf`` from :meth:`HintTable.steps`. Tokens of a prefix shared by two agents count twice
+  (conservative: a namespace never protects more than its cap).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from typing import Callable, Iterator, Mapping
+
+from kvflow_orch.protocol import MAX_AGENTS, HintError, KVFlowHint, StepsUpdate
+
+__all__ = ["AgentRef", "HintTable", "HintError", "INF"]
+
+AgentRef = tuple[str, str]
+"""``(namespace, agent)``: the key of every per-agent table."""
+
+INF = math.inf
+
+
+def _validate(steps: Mapping[str, object]) -> dict[str, float]:
+    if len(steps) > MAX_AGENTS:
+        raise HintError(f"steps names {len(steps)} agents; the limit is {MAX_AGENTS}")
+    out: dict[str, float] = {}
+    for agent, value in steps.items():
+        if not isinstance(agent, str) or not agent:
+            raise HintError(f"agent name {agent!r} in steps must be a non-empty string")
+        if value is None:
+            out[agent] = INF
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise HintError(f"steps[{agent!r}] is {value!r}; expected a number >= 0 or null")
+        if value < 0:
+            raise HintError(f"steps[{agent!r}] is {value}; steps-to-execution must be >= 0 or null")
+        out[agent] = float(value)
+    return out
+
+
+class HintTable:
+    """Live steps-to-execution per agent. Not thread-safe: one owner applies updates."""
+
+    def __init__(
+        self,
+        *,
+        ttl_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+        cap_tokens: int | None = None,
+        max_workflows: int = 16384,
+        max_agents: int = 65536,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.cap_tokens = cap_tokens
+        self.max_workflows = max_workflows
+        self.max_agents = max_agents
+        self.version = 0
+        # (ns, wf) -> (last update time, {agent: steps}); ordered oldest update first.
+        self._workflows: OrderedDict[tuple[str, str], tuple[float, dict[str, float]]] = OrderedDict()
+        # (ns, agent) -> {wf: steps}: the index that makes the min over workflows cheap.
+        self._by_agent: dict[AgentRef, dict[str, float]] = {}
+        self._fixed_tokens: OrderedDict[AgentRef, int] = OrderedDict()
+        self._effective: dict[str, dict[str, float]] = {}  # namespace -> capped steps (cache)
+
+    # ---- updates -------------------------------------------------------------------------
+    def apply_hint(self, hint: KVFlowHint) -> None:
+        steps = dict(hint.steps)
+        steps.setdefault(hint.agent, 0)
+        self.set_steps(hint.namespace, hint.workflow_id, steps)
+
+    def apply_steps(self, update: StepsUpdate) -> None:
+        if update.done:
+            self.forget(update.namespace, update.workflow_id)
+        else:
+            self.set_steps(update.namespace, update.workflow_id, update.steps)
+
+    def set_steps(self, namespace: str, workflow_id: str, steps: Mapping[str, object]) -> None:
+        """Replace the step map of one workflow. Raises :class:`HintError` (nothing changes) on
+        negative, NaN or non-numeric steps, empty names, or more than ``MAX_AGENTS`` agents."""
+        clean = _validate(steps)
+        self.expire()
+        key = (namespace, workflow_id)
+        self._drop_workflow(key)
+        self._workflows[key] = (self.clock(), clean)
+        for agent, value in clean.items():
+            self._by_agent.setdefault((namespace, agent), {})[workflow_id] = value
+        self._effective.pop(namespace, None)
+        self.version += 1
+        while len(self._workflows) > self.max_workflows:
+            self._drop_workflow(next(iter(self._workflows)))
+
+    def forget(self, namespace: str, workflow_id: str) -> bool:
+        """Forget a workflow (``done``); returns whether it was known. Unknown ids are a no-op."""
+        return self._drop_workflow((namespace, workflow_id))
+
+    def expire(self) -> int:
+        """Forget workflows not updated for ``ttl_s``; returns how many were forgotten."""
+        if not self._workflows:
+            return 0
+        deadline = self.clock() - self.ttl_s
+        n = 0
+        while self._workflows:
+            key, (stamp, _) = next(iter(self._workflows.items()))
+            if stamp > deadline:
+                break
+            self._drop_workflow(key)
+            n += 1
+        return n
+
+    def note_fixed_tokens(self, ref: AgentRef, tokens: int) -> None:
+        """Record the length of an agent's fixed prefix (used by the namespace cap)."""
+        if tokens < 0:
+            raise ValueError(f"fixed-prefix length must be >= 0, got {tokens}")
+        old = self._fixed_tokens.pop(ref, None)
+        self._fixed_tokens[ref] = tokens
+        if old != tokens:
+            self._effective.pop(ref[0], None)
+            self.version += 1
+        while len(self._fixed_tokens) > self.max_agents:
+            gone, _ = self._fixed_tokens.popitem(last=False)
+            self._effective.pop(gone[0], None)
+
+    def _drop_workflow(self, key: tuple[str, str]) -> bool:
+        entry = self._workflows.pop(key, None)
+        if entry is None:
+            return False
+        namespace, wf = key
+        for agent in entry[1]:
+            per = self._by_agent.get((namespace, agent))
+            if per is not None:
+                per.pop(wf, None)
+                if not per:
+                    del self._by_agent[(namespace, agent)]
+        self._effective.pop(namespace, None)
+        self.version += 1
+        return True
+
+    # ---- queries -------------------------------------------------------------------------
+    def raw_steps(self, ref: AgentRef) -> float:
+        """Min over live workflows, ignoring the namespace cap; ``inf`` when no workflow names it."""
+        per = self._by_agent.get(ref)
+        return min(per.values()) if per else INF
+
+    def steps(self, ref: AgentRef) -> float:
+        """Effective steps: :meth:`raw_steps`, or ``inf`` when the namespace cap removed protection."""
+        table = self._effective.get(ref[0])
+        if table is None:
+            table = self._compute_effective(ref[0])
+        return table.get(ref[1], INF)
+
+    def fixed_tokens(self, ref: AgentRef) -> int:
+        return self._fixed_tokens.get(ref, 0)
+
+    def protected_tokens(self, namespace: str) -> int:
+        """Fixed-prefix tokens the namespace currently protects (finite effective steps)."""
+        self.steps((namespace, ""))
+        return sum(self.fixed_tokens((namespace, a)) for a in self._effective[namespace])
+
+    def agents(self) -> Iterator[tuple[AgentRef, float]]:
+        """Every agent with finite effective steps, as ``(ref, steps)``."""
+        for namespace in {ns for ns, _ in self._by_agent}:
+            self.steps((namespace, ""))
+            for agent, value in self._effective[namespace].items():
+                yield (namespace, agent), value
+
+    @property
+    def workflow_count(self) -> int:
+        return len(self._workflows)
+
+    def _compute_effective(self, namespace: str) -> dict[str, float]:
+        finite = sorted(
+            (value, agent)
+            for (ns, agent), per in self._by_agent.items()
+            if ns == namespace and (value := min(per.values())) != INF
+        )
+        table: dict[str, float] = {}
+        used = 0
+        for value, agent in finite:
+            cost = self.fixed_tokens((namespace, agent))
+            if self.cap_tokens is not None and used + cost > self.cap_tokens:
+                break  # this agent and every less urgent one fall back to LRU order
+            used += cost
+            table[agent] = value
+        self._effective[namespace] = table
+        return table

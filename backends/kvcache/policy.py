@@ -1,0 +1,157 @@
+"""Eviction policies: which evictable leaf goes first. Keys are compared with ``<``; the smallest
+key is evicted first (min-heap, as in SGLang's ``EvictionStrategy``).
+
+:func:`kvflow_key` is a pure function of a node's tags, the hint table and its last access, so the
+SGLang plugin computes exactly the same order on its own tree nodes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Collection, Sequence
+
+from .hints import AgentRef, HintTable
+from .radix import Node, RadixTree
+
+__all__ = [
+    "EvictionPolicy", "LRUPolicy", "KVFlowPolicy", "BeladyPolicy", "kvflow_key", "node_steps",
+    "TIER_UNTAGGED", "TIER_UNHINTED", "TIER_HINTED", "register_policy", "make_policy", "policy_names",
+]
+
+TIER_UNTAGGED = 0  # dynamic suffixes: evicted first
+TIER_UNHINTED = 1  # fixed prefixes whose agents have steps None/inf (or lost protection)
+TIER_HINTED = 2    # fixed prefixes with finite steps: descending steps, then LRU
+
+
+def node_steps(tags: Collection[AgentRef] | None, steps_of: Callable[[AgentRef], float]) -> float:
+    """A node's steps: min over the agents whose fixed prefix runs through it (``inf`` if none)."""
+    if not tags:
+        return math.inf
+    return min(steps_of(ref) for ref in tags)
+
+
+def kvflow_key(
+    tags: Collection[AgentRef] | None, steps_of: Callable[[AgentRef], float], last_access: float
+) -> tuple[int, float, float]:
+    """The KVFlow eviction key; smaller is evicted first.
+
+    Order: untagged nodes (LRU among them); then tagged nodes with infinite steps (LRU); then
+    tagged nodes by descending steps, ties by LRU. ``steps_of`` is usually ``HintTable.steps``.
+    """
+    if not tags:
+        return (TIER_UNTAGGED, 0.0, last_access)
+    steps = node_steps(tags, steps_of)
+    if steps == math.inf:
+        return (TIER_UNHINTED, 0.0, last_access)
+    return (TIER_HINTED, -steps, last_access)
+
+
+class EvictionPolicy(ABC):
+    """Orders eviction candidates. Keys are recomputed at every eviction (hints change between)."""
+
+    name: str = ""
+
+    @abstractmethod
+    def key(self, node: Node) -> Any:
+        """Sort key of an evictable node; the smallest is evicted first."""
+
+    def on_request(self, tokens: Sequence[int]) -> None:
+        """Called once per admitted request, in arrival order (Belady advances its clock)."""
+
+
+class LRUPolicy(EvictionPolicy):
+    name = "lru"
+
+    def key(self, node: Node) -> Any:
+        return node.last_access
+
+
+class KVFlowPolicy(EvictionPolicy):
+    name = "kvflow"
+
+    def __init__(self, hints: HintTable) -> None:
+        self.hints = hints
+
+    def key(self, node: Node) -> Any:
+        return kvflow_key(node.tags, self.hints.steps, node.last_access)
+
+
+class BeladyPolicy(EvictionPolicy):
+    """Offline oracle: evicts the node whose next use lies farthest in ``future`` (the complete
+    sequence of requests that will be admitted, in order). For analysis and benchmarks only.
+
+    A request "uses" a node when its tokens reach at least the node's first token.
+    """
+
+    name = "belady"
+
+    def __init__(self, future: Sequence[Sequence[int]], hints: HintTable | None = None) -> None:
+        self._cursor = 0
+        self._trie = RadixTree()
+        self._uses: dict[int, list[int]] = {}
+        self._trie.on_split = lambda upper, lower: self._uses.__setitem__(upper.id, list(self._uses[lower.id]))
+        for index, tokens in enumerate(future):
+            self._add(index, tuple(tokens))
+        self._memo: dict[tuple[int, int], list[int]] = {}
+
+    def _add(self, index: int, tokens: tuple[int, ...]) -> None:
+        path, matched = self._trie.walk(tokens)
+        for node in path:
+            self._uses[node.id].append(index)
+        if matched < len(tokens):
+            parent = path[-1] if path else self._trie.root
+            leaf = self._trie.add_child(parent, tokens[matched:])
+            self._uses[leaf.id] = [index]
+
+    def on_request(self, tokens: Sequence[int]) -> None:
+        self._cursor += 1
+
+    def _users(self, node: Node) -> list[int]:
+        chain = []
+        cur = node.parent
+        while cur is not None and cur.parent is not None:
+            chain.append(cur.key)
+            cur = cur.parent
+        start = sum(len(k) for k in chain)
+        memo_key = (node.id, start)
+        users = self._memo.get(memo_key)
+        if users is None:
+            prefix = tuple(t for k in reversed(chain) for t in k) + node.key[:1]
+            path, matched = self._trie.walk(prefix)
+            users = self._uses[path[-1].id] if matched == len(prefix) else []
+            self._memo[memo_key] = users
+        return users
+
+    def key(self, node: Node) -> Any:
+        users = self._users(node)
+        i = bisect.bisect_left(users, self._cursor)
+        next_use = users[i] if i < len(users) else math.inf
+        return (-next_use, node.last_access)
+
+
+_POLICIES: dict[str, Callable[..., EvictionPolicy]] = {
+    "lru": lambda hints, **_: LRUPolicy(),
+    "kvflow": lambda hints, **_: KVFlowPolicy(hints),
+    "belady": lambda hints, future=(), **_: BeladyPolicy(future, hints),
+}
+
+
+def register_policy(name: str, factory: Callable[..., EvictionPolicy]) -> None:
+    """Add a policy: ``factory(hints, **options) -> EvictionPolicy``."""
+    if not name or name in _POLICIES:
+        raise ValueError(f"policy name {name!r} is empty or already registered")
+    _POLICIES[name] = factory
+
+
+def make_policy(name: str, hints: HintTable, **options: Any) -> EvictionPolicy:
+    try:
+        factory = _POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown eviction policy {name!r}; known: {', '.join(sorted(_POLICIES))}") from None
+    return factory(hints, **options)
+
+
+def policy_names() -> list[str]:
+    return sorted(_POLICIES)
