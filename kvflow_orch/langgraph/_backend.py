@@ -1,0 +1,148 @@
+"""The kvflow server an instrumented LangGraph app talks to: capability probe and steps updates.
+
+``GET /kvflow/v1/info`` is probed once per origin. An origin without it is a plain
+OpenAI-compatible server: requests to it carry no hints and one warning says so.
+
+Out-of-band updates (``POST /kvflow/v1/steps``) are queued from LangGraph callbacks, which may run
+on any thread, and delivered by the runtime's coalescing :class:`~kvflow_orch.clients._outbox.Outbox`
+on a private event loop thread: the graph never waits for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import warnings
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..clients._outbox import Outbox
+from ..protocol import INFO_ROUTE, STEPS_ROUTE, StepsUpdate
+
+__all__ = ["Backend", "origin_of", "PlainServerWarning"]
+
+_PROBE_TIMEOUT_S = 5.0
+
+
+class PlainServerWarning(RuntimeWarning):
+    """The LLM server has no kvflow routes; requests go out without hints."""
+
+
+def origin_of(url: str) -> str:
+    parts = urlsplit(str(url))
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+class Backend:
+    """Probe results per origin and the steps outbox of one instrumentation.
+
+    ``url`` is the explicit ``backend_url``; without it, the first kvflow origin an LLM request
+    reaches becomes the destination of steps updates (updates before that are dropped).
+    """
+
+    def __init__(self, url: str | None) -> None:
+        if url is not None and not str(url).startswith(("http://", "https://")):
+            raise ValueError(f"backend_url must start with http:// or https://, got {url!r}")
+        self.url = origin_of(url) + urlsplit(url).path.rstrip("/") if url else None
+        self._lock = threading.Lock()
+        self._kvflow: dict[str, bool] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._outbox: Outbox | None = None
+        self._http: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------------ probing
+    def probed(self, request_url: str | None = None) -> bool | None:
+        """The cached answer of :meth:`supports_hints`, None when it would have to probe."""
+        target = self.url or (origin_of(request_url) if request_url else None)
+        with self._lock:
+            return False if target is None else self._kvflow.get(target)
+
+    def supports_hints(self, request_url: str | None = None) -> bool:
+        """Whether hints should be sent (probing ``backend_url``, else the request's origin)."""
+        target = self.url or (origin_of(request_url) if request_url else None)
+        if target is None:
+            return False
+        with self._lock:
+            known = self._kvflow.get(target)
+        if known is None:
+            known = _probe(target)
+            with self._lock:
+                first = target not in self._kvflow
+                self._kvflow.setdefault(target, known)
+                if known and self.url is None:
+                    self.url = target
+            if first and not known:
+                warnings.warn(
+                    f"{target} has no {INFO_ROUTE}: it is not a kvflow server, so LangGraph LLM calls "
+                    f"carry no hints and the cache will not follow the workflow",
+                    PlainServerWarning,
+                    stacklevel=2,
+                )
+        return known
+
+    # ------------------------------------------------------------------ updates
+    def send(self, update: StepsUpdate) -> None:
+        """Queue ``update`` (coalesced per workflow); never blocks, never raises."""
+        if not self.supports_hints():
+            return
+        loop = self._ensure_loop()
+        loop.call_soon_threadsafe(self._outbox.put, update)  # type: ignore[union-attr]
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    self._http = httpx.AsyncClient(base_url=self.url or "", timeout=_PROBE_TIMEOUT_S)
+                    self._outbox = Outbox(self._post, self.url or "")
+                    ready.set()
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=run, name="kvflow-langgraph-steps", daemon=True)
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    async def _post(self, update: StepsUpdate) -> None:
+        assert self._http is not None
+        response = await self._http.post(STEPS_ROUTE, json=update.model_dump(mode="json"))
+        response.raise_for_status()
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait (at most ``timeout`` s) until every queued update has been attempted."""
+        loop = self._loop
+        if loop is not None and self._outbox is not None:
+            asyncio.run_coroutine_threadsafe(self._outbox.flush(timeout), loop).result(timeout + 1)
+
+    def close(self) -> None:
+        """Flush, then stop the delivery thread (a later update starts it again)."""
+        with self._lock:
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None:
+            return
+
+        async def shutdown() -> None:
+            await self._outbox.close(5.0)  # type: ignore[union-attr]
+            await self._http.aclose()  # type: ignore[union-attr]
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(5)
+        loop.close()
+
+
+def _probe(origin: str) -> bool:
+    try:
+        response = httpx.get(origin + INFO_ROUTE, timeout=_PROBE_TIMEOUT_S)
+        data: Any = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return False
+    return isinstance(data, dict)

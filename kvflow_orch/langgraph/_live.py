@@ -1,0 +1,107 @@
+"""One LangGraph workflow instance seen through its node tasks, mirrored onto a StepTracker.
+
+LangGraph runs *tasks*: a node normally runs as one task per superstep, ``Send`` makes k tasks of
+one node in a step, a retry or a resumed interrupt re-runs the same task. The tracker counts
+*executions* that were triggered. This class maps one onto the other:
+
+* a task already known by its key (``langgraph_checkpoint_ns``) starting again is a retry or a
+  resume: the tracker already counts it as running;
+* the first task of a node sent k times starts it with ``tasks=k``; its k-1 siblings consume that
+  reservation; every task finishes on its own;
+* every other task start is ``tracker.start(node)``.
+
+The LangGraph graph may do things its declared graph does not say (a ``Command`` to an undeclared
+node, a resumed thread whose tracker was lost): the tracker then refuses the transition and
+``LiveWorkflow`` records one warning per problem and keeps going with the last consistent steps.
+Not thread-safe: the callback handler serialises calls.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from typing import Iterable
+
+from ..constants import START
+from ..errors import WorkflowError
+from ..protocol import steps_to_wire
+
+__all__ = ["LiveWorkflow", "TrackingWarning"]
+
+
+class TrackingWarning(RuntimeWarning):
+    """The LangGraph run did something its declared graph does not allow; steps may be stale."""
+
+
+class LiveWorkflow:
+    def __init__(self, asg, workflow_id: str) -> None:
+        self.asg = asg
+        self.workflow_id = workflow_id
+        self.tracker = asg.tracker()
+        self._live: dict[str, str] = {}  # task key -> node
+        self._reserved: Counter[str] = Counter()
+        self._sends: Counter[str] = Counter()
+        self._warned: set[str] = set()
+
+    # ----------------------------------------------------------------- transitions
+    def task_started(self, node: str, key: str, *, pushed: bool) -> None:
+        """A node task began (``pushed``: created by ``Send``)."""
+        if node == START or key in self._live:
+            self._live.setdefault(key, node)
+            return
+        self._live[key] = node
+        if self._reserved[node] > 0:
+            self._reserved[node] -= 1
+            return
+        tasks = max(1, self._sends.pop(node, 0)) if pushed else 1
+        if self._apply(f"start:{node}", self.tracker.start, node, tasks):
+            self._reserved[node] = tasks - 1
+
+    def task_finished(self, node: str, key: str, goto: Iterable[str], sends: Iterable[str]) -> None:
+        """A node task ended; ``goto`` are the targets its routers chose, ``sends`` its Send targets."""
+        if key not in self._live and node != START:
+            return
+        self._live.pop(key, None)
+        self._sends.update(sends)
+        allowed = {t for b in self.asg.branches_of(node) for t in b.targets}
+        chosen = list(dict.fromkeys(goto))
+        for target in chosen:
+            if target not in allowed:
+                self._warn(
+                    f"goto:{node}:{target}",
+                    f"node {node!r} routed to {target!r}, which its LangGraph graph does not declare; "
+                    f"declare it (path_map, Literal or Command[Literal]) for exact steps",
+                )
+        self._apply(f"finish:{node}", self.tracker.finish, node, [t for t in chosen if t in allowed])
+
+    def recover(self, node: str, goto: Iterable[str], sends: Iterable[str]) -> None:
+        """An error handler completed a failed task of ``node``: that task finishes now.
+
+        The tracker cannot express "ended without writing", so the node's plain edges fire too;
+        the steps are exact again once the run moves past it.
+        """
+        key = next((k for k, n in self._live.items() if n == node), None)
+        if key is not None:
+            self.task_finished(node, key, goto, sends)
+
+    # ----------------------------------------------------------------- reading
+    def agent_steps(self) -> dict[str, int | None]:
+        return steps_to_wire(self.tracker.agent_steps())
+
+    @property
+    def running_tasks(self) -> int:
+        return len(self._live)
+
+    # ----------------------------------------------------------------- helpers
+    def _apply(self, what: str, op, *args) -> bool:
+        try:
+            op(*args)
+            return True
+        except WorkflowError as exc:
+            self._warn(what, f"workflow {self.workflow_id!r}: {exc}; steps may be stale until the run ends")
+            return False
+
+    def _warn(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, TrackingWarning, stacklevel=4)

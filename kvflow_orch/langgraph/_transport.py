@@ -1,0 +1,137 @@
+"""httpx transports that put the kvflow hint into OpenAI-compatible requests made inside nodes.
+
+The transport reads LangGraph's run context: ``var_child_runnable_config`` is set around every
+node (sync, thread pool and async, Python >= 3.11) and holds the callback manager of the run
+that is making the request. Its handlers include the :class:`KVFlowCallbackHandler` of the
+instrumented graph and its ``parent_run_id`` names the run, which the handler maps to the
+workflow and node. Requests made outside an instrumented node pass through untouched, and so do
+requests to a server without ``/kvflow/v1/info``.
+
+Known gap: a ``ThreadPoolExecutor`` created inside a node does not copy the context; use
+``langchain_core.runnables.config.ContextThreadPoolExecutor`` (or ``contextvars.copy_context()``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+from langchain_core.runnables.config import var_child_runnable_config
+
+from ..protocol import KVFlowHint, attach_hint
+from ._callbacks import KVFlowCallbackHandler
+
+__all__ = ["KVFlowTransport", "AsyncKVFlowTransport", "http_client", "async_http_client"]
+
+_ROUTES = ("/v1/chat/completions", "/v1/completions")
+
+
+def _handler_and_run() -> tuple[KVFlowCallbackHandler, Any] | None:
+    config = var_child_runnable_config.get()
+    if not config:
+        return None
+    callbacks = config.get("callbacks")
+    handlers = getattr(callbacks, "handlers", None)
+    if handlers is None:
+        handlers = callbacks if isinstance(callbacks, list) else []
+    run_id = getattr(callbacks, "parent_run_id", None)
+    for handler in handlers:
+        if isinstance(handler, KVFlowCallbackHandler) and handler.knows(run_id):
+            return handler, run_id
+    return None
+
+
+def _candidate(request: httpx.Request) -> tuple[KVFlowCallbackHandler, Any] | None:
+    if request.method != "POST" or not request.url.path.endswith(_ROUTES):
+        return None
+    if "json" not in request.headers.get("content-type", ""):
+        return None
+    return _handler_and_run()
+
+
+def _with_hint(request: httpx.Request, handler: KVFlowCallbackHandler, run_id: Any) -> httpx.Request:
+    hint = handler.hint_for(run_id, str(request.url))
+    if hint is None:
+        return request
+    try:
+        body = json.loads(request.read() or b"{}")
+    except ValueError:
+        return request
+    if not isinstance(body, dict):
+        return request
+    body = attach_hint(body, _fixed_prefix(hint, body))
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+    return httpx.Request(
+        request.method,
+        request.url,
+        headers=headers,
+        content=json.dumps(body).encode(),
+        extensions=request.extensions,
+    )
+
+
+def _fixed_prefix(hint: KVFlowHint, body: dict[str, Any]) -> KVFlowHint:
+    """The fixed prompt is the leading system/developer messages (None for a raw prompt)."""
+    messages = body.get("messages")
+    count = 0
+    if isinstance(messages, list):
+        for message in messages:
+            if not (isinstance(message, dict) and message.get("role") in ("system", "developer")):
+                break
+            count += 1
+    return hint.model_copy(update={"fixed_prefix": count or None})
+
+
+class KVFlowTransport(httpx.BaseTransport):
+    """Sync transport: adds the hint, then delegates to ``inner`` (default ``httpx.HTTPTransport``)."""
+
+    def __init__(self, inner: httpx.BaseTransport | None = None) -> None:
+        self._inner = inner or httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        found = _candidate(request)
+        if found is not None and found[0].backend.supports_hints(str(request.url)):
+            request = _with_hint(request, *found)
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class AsyncKVFlowTransport(httpx.AsyncBaseTransport):
+    """Async twin of :class:`KVFlowTransport`; the one-time probe runs off the event loop."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport | None = None) -> None:
+        self._inner = inner or httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        found = _candidate(request)
+        if found is not None:
+            backend, url = found[0].backend, str(request.url)
+            known = backend.probed(url)
+            if known is None:
+                known = await asyncio.to_thread(backend.supports_hints, url)
+            if known:
+                request = _with_hint(request, *found)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def http_client(**kwargs: Any) -> httpx.Client:
+    """An ``httpx.Client`` whose requests inside instrumented nodes carry kvflow hints.
+
+    Pass it as ``ChatOpenAI(http_client=...)`` or ``openai.OpenAI(http_client=...)``; other
+    keyword arguments go to ``httpx.Client`` (``transport=`` becomes the inner transport).
+    """
+    inner = kwargs.pop("transport", None)
+    return httpx.Client(transport=KVFlowTransport(inner), **kwargs)
+
+
+def async_http_client(**kwargs: Any) -> httpx.AsyncClient:
+    """Async twin of :func:`http_client` (``ChatOpenAI(http_async_client=...)``, ``AsyncOpenAI``)."""
+    inner = kwargs.pop("transport", None)
+    return httpx.AsyncClient(transport=AsyncKVFlowTransport(inner), **kwargs)
