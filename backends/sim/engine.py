@@ -1,0 +1,263 @@
+"""A simulated serving instance: one compute stream, a full-duplex host link, continuous batching.
+
+Every cache decision is the shared brain's (:class:`backends.kvcache.KVCache`): prefix matching,
+hit accounting, eviction order, load planning, prefetch planning and readiness. The simulator only
+adds time: forward passes from the roofline :class:`~.cost.CostModel`, copies from :class:`~.link.Link`.
+
+Scheduling, once per iteration of the compute stream:
+
+1. walk the waiting queue in arrival order; with ``status_aware`` a request whose prefix is still
+   loading is skipped (it stays queued) and later ready requests are considered; without it, the
+   walk stops there (FCFS). A request is admitted when device slots for its new prompt tokens and
+   its whole output can be reserved, within a per-iteration prefill token budget;
+2. run one forward pass over the admitted prefills and one decode token of every running request.
+   A load the brain started at admission overlaps the pass layer by layer, so the pass ends no
+   earlier than that load plus one layer's compute. With no prefill to run, decode steps are taken
+   in bulk up to the next event (nothing can change the batch in between).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from backends.kvcache import CacheConfig, KVCache
+from backends.kvcache.hints import AgentRef
+from kvflow_orch.protocol import KVFlowHint, StepsUpdate
+
+from .cost import CostModel, Work
+from .events import EventQueue
+from .link import Link
+from .systems import System
+
+__all__ = ["SimRequest", "EngineLimits", "ServingSim"]
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """Scheduler limits: most prompt tokens prefilled per iteration (a longer prompt runs alone)
+    and most requests running at once."""
+
+    max_prefill_tokens: int = 16384
+    max_running: int = 256
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One LLM call. ``on_done(request)`` fires when its last token is generated."""
+
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+    agent: AgentRef
+    fixed_tokens: int
+    hint: KVFlowHint | None
+    on_done: Callable[["SimRequest"], None]
+    arrival_s: float = 0.0
+    admitted_s: float = math.nan
+    first_token_s: float = math.nan
+    finish_s: float = math.nan
+    cached_tokens: int = 0
+    generated: int = 0
+    _lock: object = None
+    _slots: tuple[int, ...] = ()
+    _cached: int = 0
+
+    @property
+    def context(self) -> int:
+        return len(self.prompt) + self.generated
+
+
+@dataclass
+class _Busy:
+    compute_s: float = 0.0
+    iterations: int = 0
+    demand_loads: int = 0
+    prefetch_loads: int = 0
+
+
+class ServingSim:
+    def __init__(
+        self,
+        system: System,
+        cost: CostModel,
+        cache_config: CacheConfig,
+        *,
+        limits: EngineLimits = EngineLimits(),
+        events: EventQueue | None = None,
+        policy=None,
+    ) -> None:
+        self.system = system
+        self.cost = cost
+        self.limits = limits
+        self.events = events or EventQueue()
+        self.cache = KVCache(cache_config, clock=lambda: self.events.now, policy=policy)
+        self.h2d = Link(self.events, cost.transfer_time, "h2d")
+        self.d2h = Link(self.events, cost.transfer_time, "d2h")
+        self.waiting: list[SimRequest] = []
+        self.running: list[SimRequest] = []
+        self.busy = _Busy()
+        self._computing = False
+        self.admission_log: list[tuple[int, ...]] = []
+
+    # ---- client side ----------------------------------------------------------------------
+    def submit(self, request: SimRequest) -> None:
+        """A request arrives now: its hint reaches the brain at once, then it queues."""
+        request.arrival_s = self.events.now
+        if request.hint is not None:
+            self.cache.apply_hint(request.hint)
+            self._prefetch()
+        self.waiting.append(request)
+        self._kick()
+
+    def steps_update(self, update: StepsUpdate) -> None:
+        self.cache.apply_steps(update)
+        self._prefetch()
+
+    # ---- transfers ------------------------------------------------------------------------
+    def _prefetch(self) -> None:
+        if not self.system.prefetch:
+            return
+        plan = self.cache.plan_prefetch()
+        self._honour(plan.evicted)
+        for task in plan.tasks:
+            self.busy.prefetch_loads += 1
+            self.h2d.background(task.tokens, lambda t=task: self._loaded(t))
+
+    def _loaded(self, task) -> None:
+        self.cache.complete_load(task)
+        self._prefetch()
+        self._kick()
+
+    def _honour(self, evicted) -> float:
+        """Write-back demotions must reach host before their device slots are reused."""
+        end = self.events.now
+        for demotion in evicted.demoted:
+            end = self.d2h.demand(len(demotion.device_slots), _noop)
+        return end
+
+    def _offload(self, task) -> None:
+        if task is not None:
+            self.d2h.background(len(task.device_slots), lambda: self.cache.complete_offload(task))
+
+    # ---- compute stream -------------------------------------------------------------------
+    def _kick(self) -> None:
+        if not self._computing:
+            self._step()
+
+    def _admit(self, request: SimRequest) -> tuple[bool, float]:
+        """Try to admit; returns (admitted, time its KV is ready: load/demotion end)."""
+        cache = self.cache
+        peek = cache.match_prefix(request.prompt)
+        cache.lock(peek.last_node)  # our own prefix must survive the reservation below
+        try:
+            need = len(request.prompt) - peek.cached_tokens + len(request.output)
+            alloc = cache.alloc_device(need)
+            ready_at = self._honour(alloc.evicted)
+            if alloc.slots is None:
+                return False, ready_at
+            adm = cache.admit(request.prompt)
+        finally:
+            cache.unlock(peek.last_node)
+        slots = alloc.slots
+        short = peek.cached_tokens - adm.match.cached_tokens  # host part the brain could not load
+        if short > 0:
+            more = cache.alloc_device(short)
+            ready_at = max(ready_at, self._honour(more.evicted))
+            if more.slots is None:  # cannot happen while our reservation is held; be safe
+                raise RuntimeError("device pool exhausted while admitting a reserved request")
+            slots = slots + more.slots
+        ready_at = max(ready_at, self._honour(adm.evicted))
+        if adm.load is not None:
+            self.busy.demand_loads += 1
+            ready_at = max(ready_at, self.h2d.demand(adm.load.tokens, lambda t=adm.load: cache.complete_load(t)))
+        request._lock = adm.match.last_node
+        request._slots = slots
+        request._cached = adm.match.cached_tokens
+        request.cached_tokens = adm.match.cached_tokens
+        request.admitted_s = self.events.now
+        self.admission_log.append(request.prompt)
+        return True, ready_at
+
+    def _step(self) -> None:
+        now = self.events.now
+        admitted: list[SimRequest] = []
+        ready_at = now
+        budget = self.limits.max_prefill_tokens
+        for request in list(self.waiting):
+            if len(self.running) + len(admitted) >= self.limits.max_running:
+                break
+            if not self.cache.is_ready(self.cache.match_prefix(request.prompt)):
+                if self.system.status_aware:
+                    continue
+                break
+            if admitted and len(request.prompt) > budget:
+                break
+            ok, at = self._admit(request)
+            if not ok:
+                break
+            self.waiting.remove(request)
+            admitted.append(request)
+            ready_at = max(ready_at, at)
+            budget -= _new_tokens(request)
+            if budget <= 0:
+                break
+        if admitted:
+            work = [Work(_new_tokens(r), r._cached) for r in admitted]
+            work += [Work(1, r.context) for r in self.running]
+            seconds = self.cost.forward_time(work)
+            end = max(now + seconds, ready_at + self.cost.layer_time(seconds))
+            self._run(end, seconds, admitted, 1)
+        elif self.running:
+            k = min(len(r.output) - r.generated for r in self.running)
+            mid = [r.context + (k - 1) / 2 for r in self.running]
+            seconds = self.cost.decode_time(mid)
+            nxt = self.events.next_time()
+            if nxt is not None and nxt > now:
+                k = max(1, min(k, math.ceil((nxt - now) / seconds)))
+            elif nxt is not None:
+                k = 1
+            self._run(now + k * seconds, k * seconds, [], k)
+
+    def _run(self, end: float, compute_s: float, admitted: list[SimRequest], k: int) -> None:
+        self._computing = True
+        self.busy.compute_s += compute_s
+        self.busy.iterations += k
+        self.events.schedule(end, self._iteration_done, admitted, k)
+
+    def _iteration_done(self, admitted: list[SimRequest], k: int) -> None:
+        now = self.events.now
+        for r in self.running:
+            r.generated += k
+        for r in admitted:
+            r.generated = 1
+            r.first_token_s = now
+        self.running.extend(admitted)
+        finished = [r for r in self.running if r.generated >= len(r.output)]
+        self.running = [r for r in self.running if r.generated < len(r.output)]
+        self._computing = False
+        for r in finished:
+            self._finish(r)
+        for r in finished:
+            r.on_done(r)
+        if finished and self.system.prefetch:
+            self._prefetch()
+        self._kick()
+
+    def _finish(self, r: SimRequest) -> None:
+        cache = self.cache
+        r.finish_s = self.events.now
+        tokens = r.prompt + r.output
+        cached = cache.match_prefix(r.prompt[: r._cached]).device_slots[: r._cached]
+        res = cache.insert(tokens, cached + r._slots, agent=r.agent, fixed_prefix_tokens=r.fixed_tokens)
+        self._offload(res.offload)
+        cache.unlock(r._lock)
+
+
+def _new_tokens(r: SimRequest) -> int:
+    # A fully cached prompt still computes its last token to produce the first output logits.
+    return max(1, len(r.prompt) - r._cached)
+
+
+def _noop() -> None:
+    return None

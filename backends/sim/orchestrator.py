@@ -1,0 +1,102 @@
+"""The simulated orchestrator: drives each workflow instance's StepTracker like the runtime does.
+
+For every node the tracker triggers, an LLM node becomes one :class:`~.engine.SimRequest` carrying
+a :class:`KVFlowHint` with the steps of every agent *at call time* (the same call the runtime
+makes); a plain function node finishes at once. Routing at conditional edges follows
+:class:`~.workloads.WorkflowSpec`'s ``loop_limit`` rule with the instance's own seeded random
+stream, so an instance takes the same path in every simulated system.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from kvflow_orch.constants import END, START
+from kvflow_orch.protocol import KVFlowHint, StepsUpdate, steps_to_wire
+
+from .engine import ServingSim, SimRequest
+from .workloads import Instance, random_tokens
+
+__all__ = ["GraphClient"]
+
+
+class GraphClient:
+    """One workflow instance. ``warmup()`` runs each agent once (fixed prompt + a fresh dynamic
+    part, one output token) in sequence; ``start()`` runs the workflow; ``on_end(client)`` fires
+    when either phase completes."""
+
+    def __init__(self, instance: Instance, sim: ServingSim, on_end: Callable[["GraphClient"], None]) -> None:
+        self.inst = instance
+        self.spec = instance.spec
+        self.sim = sim
+        self.on_end = on_end
+        self.rng = random.Random(instance.seed)
+        self.tracker = self.spec.asg.tracker()
+        self.end_passes = 0
+        self.calls = 0
+        self.start_s = 0.0
+        self.end_s = 0.0
+        self._warm_queue: list[str] = []
+
+    # ---- warm-up ---------------------------------------------------------------------------
+    def warmup(self) -> None:
+        self._warm_queue = sorted(self.spec.asg.agents)
+        self._warm_next()
+
+    def _warm_next(self, _: SimRequest | None = None) -> None:
+        if not self._warm_queue:
+            self.on_end(self)
+            return
+        agent = self._warm_queue.pop(0)
+        self.sim.submit(self._request(agent, output=1, on_done=self._warm_next))
+
+    # ---- the workflow ----------------------------------------------------------------------
+    def start(self) -> None:
+        self.start_s = self.sim.events.now
+        if self.tracker.running.get(START):
+            self.tracker.finish(START, goto=self._choose(START))
+        self._launch()
+
+    def _launch(self) -> None:
+        for node in sorted(self.tracker.triggered):
+            self.tracker.start(node)
+            agent = self.spec.asg.agent_of(node)
+            if agent is None:  # plain Python node: no LLM, no time
+                self._finished_node(node)
+                return
+            self.calls += 1
+            self.sim.submit(self._request(agent, self.spec.output_tokens, lambda r, n=node: self._finished_node(n)))
+        if self.tracker.done:
+            self.end_s = self.sim.events.now
+            self.sim.steps_update(StepsUpdate(workflow_id=self.inst.workflow_id, namespace=self.inst.namespace, done=True))
+            self.on_end(self)
+
+    def _finished_node(self, node: str) -> None:
+        self.tracker.finish(node, goto=self._choose(node))
+        self._launch()
+
+    def _choose(self, node: str) -> list[str] | None:
+        branches = self.spec.asg.branches_of(node)
+        if not branches:
+            return None
+        goto: list[str] = []
+        for branch in branches:
+            targets = list(branch.targets)
+            if END in targets:
+                self.end_passes += 1
+                if self.end_passes >= self.spec.loop_limit:
+                    goto.append(END)
+                    continue
+                targets.remove(END)
+            goto.append(self.rng.choice(targets))
+        return goto
+
+    def _request(self, agent: str, output: int, on_done: Callable[[SimRequest], None]) -> SimRequest:
+        fixed = self.spec.fixed[agent]
+        prompt = fixed + random_tokens(self.rng, self.spec.dynamic_tokens)
+        hint = KVFlowHint(
+            workflow_id=self.inst.workflow_id, namespace=self.inst.namespace, agent=agent,
+            steps=steps_to_wire(self.tracker.agent_steps()), fixed_prefix=1,
+        )
+        return SimRequest(prompt, random_tokens(self.rng, output), (self.inst.namespace, agent), len(fixed), hint, on_done)

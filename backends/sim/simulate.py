@@ -1,0 +1,174 @@
+"""Run one system on one workload and measure it: the simulator's single entry point.
+
+The warm-up phase (each agent of each instance once) is excluded: measurement starts when every
+instance has warmed up, from a snapshot of the brain's counters, and ends when the last instance
+finishes. ``latency_s`` is the mean end-to-end time of the workflow instances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from backends.kvcache import CacheConfig
+from backends.kvcache.policy import BeladyPolicy
+
+from .cost import CostModel
+from .engine import EngineLimits, ServingSim
+from .orchestrator import GraphClient
+from .profiles import HardwareProfile, ModelProfile, device_kv_tokens
+from .systems import System
+from .workloads import Workload
+
+__all__ = ["SimResult", "Capacity", "simulate", "capacity_for"]
+
+
+@dataclass(frozen=True)
+class Capacity:
+    device_tokens: int
+    host_tokens: int
+
+
+@dataclass(frozen=True)
+class SimResult:
+    system: str
+    workload: str
+    labels: Mapping[str, Any]
+    latency_s: float
+    makespan_s: float
+    requests: int
+    prompt_tokens: int
+    stats: Mapping[str, int]
+    device_tokens: int
+    host_tokens: int
+    compute_busy_s: float
+    h2d_busy_s: float
+    d2h_busy_s: float
+    admission_order: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def device_hit_ratio(self) -> float:
+        """Share of prompt tokens found on device at admission (hits plus prefetch hits)."""
+        hit = self.stats.get("device_hit_tokens", 0) + self.stats.get("prefetch_hit_tokens", 0)
+        return hit / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "system": self.system, "workload": self.workload, "labels": dict(self.labels),
+            "latency_s": self.latency_s, "makespan_s": self.makespan_s, "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens, "device_hit_ratio": self.device_hit_ratio,
+            "stats": dict(self.stats), "device_tokens": self.device_tokens, "host_tokens": self.host_tokens,
+            "compute_busy_s": self.compute_busy_s, "h2d_busy_s": self.h2d_busy_s, "d2h_busy_s": self.d2h_busy_s,
+        }
+
+
+def capacity_for(system: System, workload: Workload, hardware: HardwareProfile, model: ModelProfile,
+                 device_tokens: int | None = None, host_tokens: int | None = None) -> Capacity:
+    """Pool sizes: the device pool beside the weights (or ``device_tokens``); a host pool large
+    enough for every fixed prefix twice over (or ``host_tokens``). ``infinite`` gets a device pool
+    that never has to evict a fixed prefix (dynamic parts are never reused, so evicting them is free)."""
+    device = device_tokens if device_tokens is not None else device_kv_tokens(hardware, model)
+    fixed_total = workload.fixed_tokens_total
+    if system.infinite:
+        active = sum(
+            max(len(t) for t in inst.spec.fixed.values()) + inst.spec.dynamic_tokens + inst.spec.output_tokens
+            for inst in workload.instances
+        )
+        return Capacity(max(device, fixed_total + 4 * active), 0)
+    host = 0
+    if system.host_tier:
+        host = host_tokens if host_tokens is not None else 2 * fixed_total + device
+    return Capacity(device, host)
+
+
+def simulate(
+    system: System,
+    workload: Workload,
+    hardware: HardwareProfile,
+    model: ModelProfile,
+    *,
+    device_tokens: int | None = None,
+    host_tokens: int | None = None,
+    limits: EngineLimits = EngineLimits(),
+    future: Sequence[Sequence[int]] | None = None,
+) -> SimResult:
+    """Simulate ``workload`` on ``system``. ``belady`` needs ``future``: the admission order of the
+    same workload (``SimResult.admission_order`` of a previous run, e.g. of ``kvflow``)."""
+    cap = capacity_for(system, workload, hardware, model, device_tokens, host_tokens)
+    config = CacheConfig(
+        device_tokens=cap.device_tokens,
+        host_tokens=cap.host_tokens,
+        # infinite keeps fixed prefixes and sheds dynamic suffixes first; nothing is ever reloaded
+        policy="kvflow" if system.infinite else system.policy,
+        # HiCache's default: back up on insert, so a later demotion costs no copy
+        write_through=system.host_tier,
+        # one trusted client per namespace in these benchmarks: no cap below the whole pool
+        namespace_cap_tokens=cap.device_tokens,
+        prefetch=system.prefetch,
+    )
+    policy = None
+    if system.policy == "belady":
+        if future is None:
+            raise ValueError("the belady system needs the future admission order (future=...)")
+        sim_events = None
+        policy_holder: list[Any] = []
+        # The oracle's steps-free key needs no hint table; it is given the complete future.
+        policy = BeladyPolicy(future)
+    sim = ServingSim(system, CostModel(hardware, model), config, limits=limits, policy=policy)
+    clients = [GraphClient(inst, sim, lambda c: None) for inst in workload.instances]
+    phase = _Phase(sim, clients, warmup=workload.warmup)
+    phase.begin()
+    sim.events.run()
+    if not phase.measuring or any(c.end_s == 0.0 and c.calls == 0 for c in clients):
+        raise RuntimeError(f"simulation of {system.name} on {workload.name} stalled before finishing")
+    end = max(c.end_s for c in clients)
+    after = sim.cache.stats.as_dict()
+    stats = {k: after[k] - phase.stats_before[k] for k in after}
+    requests = sum(c.calls for c in clients)
+    prompt_tokens = stats["device_hit_tokens"] + stats["prefetch_hit_tokens"] + stats["host_hit_tokens"] + stats["recomputed_tokens"]
+    return SimResult(
+        system.name, workload.name, dict(workload.labels),
+        latency_s=sum(c.end_s - c.start_s for c in clients) / len(clients),
+        makespan_s=end - phase.t0, requests=requests, prompt_tokens=prompt_tokens, stats=stats,
+        device_tokens=cap.device_tokens, host_tokens=cap.host_tokens,
+        compute_busy_s=sim.busy.compute_s - phase.busy_before[0],
+        h2d_busy_s=sim.h2d.busy_s - phase.busy_before[1], d2h_busy_s=sim.d2h.busy_s - phase.busy_before[2],
+        admission_order=tuple(sim.admission_log),
+    )
+
+
+class _Phase:
+    """Warm every instance, then start them all together and snapshot the counters."""
+
+    def __init__(self, sim: ServingSim, clients: list[GraphClient], warmup: bool) -> None:
+        self.sim = sim
+        self.clients = clients
+        self.warmup = warmup
+        self.pending = len(clients)
+        self.measuring = False
+        self.t0 = 0.0
+        self.stats_before: dict[str, int] = {}
+        self.busy_before = (0.0, 0.0, 0.0)
+
+    def begin(self) -> None:
+        if not self.warmup:
+            self._measure()
+            return
+        for c in self.clients:
+            c.on_end = self._warmed
+            c.warmup()
+
+    def _warmed(self, _: GraphClient) -> None:
+        self.pending -= 1
+        if self.pending == 0:
+            self._measure()
+
+    def _measure(self) -> None:
+        sim = self.sim
+        self.measuring = True
+        self.t0 = sim.events.now
+        self.stats_before = sim.cache.stats.as_dict()
+        self.busy_before = (sim.busy.compute_s, sim.h2d.busy_s, sim.d2h.busy_s)
+        for c in self.clients:
+            c.on_end = lambda _c: None
+            sim.events.schedule(self.t0 + c.inst.start_s, c.start)

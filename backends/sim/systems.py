@@ -1,0 +1,59 @@
+"""The systems compared: each one a configuration of the same simulator and the same cache brain.
+
+========== ======== ========= ======== ============ ============================================
+name       policy   host tier prefetch status-aware what it stands for
+========== ======== ========= ======== ============ ============================================
+gpu-only   lru      no        no       no           SGLang radix cache: evicted prefixes recomputed
+hicache    lru      yes       no       no           SGLang + HiCache: host hits loaded at admission
+kvflow-evict kvflow yes       no       no           workflow-aware eviction alone (paper ablation)
+kvflow     kvflow   yes       yes      yes          eviction + overlapped prefetch + status-aware
+belady     belady   yes       yes      yes          offline-optimal eviction, same prefetch
+infinite   lru      (none)    no       no           device pool holding everything: lower bound
+========== ======== ========= ======== ============ ============================================
+
+Hints are sent to the brain by every system (as a kvflow client always does): systems whose
+policy ignores them behave as their baseline, and the prefetch planner needs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+__all__ = ["System", "SYSTEMS", "SYSTEM_NAMES", "get_system"]
+
+
+@dataclass(frozen=True)
+class System:
+    """``status_aware``: a request whose prefix is still loading is skipped so ready requests run;
+    without it the scheduler admits requests in order and a pending load stalls the batch."""
+
+    name: str
+    policy: str
+    host_tier: bool
+    prefetch: bool
+    status_aware: bool
+    infinite: bool = False
+
+    def with_name(self, name: str) -> "System":
+        return replace(self, name=name)
+
+
+SYSTEMS: dict[str, System] = {
+    s.name: s
+    for s in (
+        System("gpu-only", "lru", host_tier=False, prefetch=False, status_aware=False),
+        System("hicache", "lru", host_tier=True, prefetch=False, status_aware=False),
+        System("kvflow-evict", "kvflow", host_tier=True, prefetch=False, status_aware=False),
+        System("kvflow", "kvflow", host_tier=True, prefetch=True, status_aware=True),
+        System("belady", "belady", host_tier=True, prefetch=True, status_aware=True),
+        System("infinite", "lru", host_tier=False, prefetch=False, status_aware=False, infinite=True),
+    )
+}
+SYSTEM_NAMES: tuple[str, ...] = tuple(SYSTEMS)
+
+
+def get_system(name: str) -> System:
+    try:
+        return SYSTEMS[name]
+    except KeyError:
+        raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEM_NAMES)}") from None

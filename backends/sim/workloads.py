@@ -1,0 +1,198 @@
+"""Workloads: which workflows run, with which token content, in how many concurrent instances.
+
+A :class:`Workload` is pure data, built deterministically from a seed, so every simulated system
+sees exactly the same requests. Graph workloads carry an Agent Step Graph compiled from the kvflow
+DSL; the simulator's orchestrator drives its :class:`~kvflow_orch.tracker.StepTracker` just as the
+runtime does, so the steps in every hint are the ones the real orchestrator would send. Replay
+workloads (:mod:`.replay`) carry recorded calls instead of a graph.
+
+Token content is synthetic (as in the paper): each agent identity owns a fixed prefix of random
+token ids; each call appends a fresh random dynamic suffix. Branch candidates of one stage share
+the first half of their fixed prefix ("partially shared prefixes").
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kvflow_orch.asg import AgentStepGraph
+from kvflow_orch.builder import Workflow
+from kvflow_orch.constants import END, START
+
+__all__ = [
+    "VOCAB",
+    "WorkflowSpec",
+    "Instance",
+    "Workload",
+    "random_tokens",
+    "text_tokens",
+    "synthetic_workflow",
+    "synthetic",
+    "concurrent",
+    "from_workflow",
+]
+
+VOCAB = 32_000
+
+
+@dataclass(frozen=True)
+class WorkflowSpec:
+    """A compiled workflow and the token content of its agents.
+
+    ``fixed`` maps every agent identity to its fixed-prefix token ids. ``loop_limit`` bounds loops:
+    each time a node finishes whose conditional edges offer END, the orchestrator counts one pass;
+    it takes END on pass ``loop_limit`` and otherwise picks uniformly among the other targets
+    (so the synthetic workflow's loop back to its first stage runs ``rounds`` times).
+    """
+
+    asg: AgentStepGraph
+    fixed: Mapping[str, tuple[int, ...]]
+    dynamic_tokens: int
+    output_tokens: int
+    loop_limit: int = 1
+
+    def __post_init__(self) -> None:
+        missing = set(self.asg.agents) - set(self.fixed)
+        if missing:
+            raise ValueError(f"workflow {self.asg.name!r}: no fixed tokens for agent(s) {sorted(missing)}")
+        if self.dynamic_tokens < 1 or self.output_tokens < 1 or self.loop_limit < 1:
+            raise ValueError("dynamic_tokens, output_tokens and loop_limit must be >= 1")
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One running copy of a workflow: its own id, namespace (client id) and random stream."""
+
+    spec: WorkflowSpec
+    workflow_id: str
+    namespace: str
+    seed: int
+    start_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """``labels`` describe the configuration in reports (fixed/dynamic/output tokens, branches...)."""
+
+    name: str
+    instances: tuple[Instance, ...]
+    labels: Mapping[str, Any] = field(default_factory=dict)
+    warmup: bool = True
+
+    @property
+    def fixed_tokens_total(self) -> int:
+        seen: dict[tuple[str, str], int] = {}
+        for inst in self.instances:
+            for agent, toks in inst.spec.fixed.items():
+                seen[(inst.namespace, agent)] = len(toks)
+        return sum(seen.values())
+
+
+def random_tokens(rng: random.Random, n: int) -> tuple[int, ...]:
+    return tuple(rng.randrange(VOCAB) for _ in range(n))
+
+
+def text_tokens(text: str, chars_per_token: int = 4) -> tuple[int, ...]:
+    """Stable token ids for a text: one id per ``chars_per_token`` characters (about what an English
+    BPE produces), so texts that share a prefix share a token prefix."""
+    return tuple(
+        zlib.crc32(text[i : i + chars_per_token].encode()) % VOCAB for i in range(0, len(text), chars_per_token)
+    )
+
+
+def synthetic_workflow(n_agents: int = 10, branches: int = 1, name: str = "synthetic") -> AgentStepGraph:
+    """The paper's sequential workflow: ``n_agents`` stages, each one of ``branches`` candidate
+    agents, looping from the last stage back to the first (or to END)."""
+    if n_agents < 1 or branches < 1:
+        raise ValueError("n_agents and branches must be >= 1")
+    wf = Workflow(name)
+    stages = [[f"s{i}" if branches == 1 else f"s{i}b{b}" for b in range(branches)] for i in range(n_agents)]
+    for stage in stages:
+        for node in stage:
+            wf.add_agent(node, system=f"<fixed prompt of {node}>")
+    choose = lambda state: None  # noqa: E731 - never called: the simulator picks targets itself
+    _route(wf, START, stages[0], choose)
+    for here, nxt in zip(stages, stages[1:]):
+        for node in here:
+            _route(wf, node, nxt, choose)
+    for node in stages[-1]:
+        wf.add_conditional_edges(node, choose, [*stages[0], END])
+    return wf.compile()
+
+
+def _route(wf: Workflow, source: str, targets: list[str], choose: Any) -> None:
+    if len(targets) == 1:
+        wf.add_edge(source, targets[0])
+    else:
+        wf.add_conditional_edges(source, choose, list(targets))
+
+
+def _synthetic_prompts(asg: AgentStepGraph, fixed: int, branches: int, rng: random.Random) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    agents = sorted(asg.agents, key=_stage_order)
+    for i in range(0, len(agents), branches):
+        shared = random_tokens(rng, fixed // 2) if branches > 1 else ()
+        for agent in agents[i : i + branches]:
+            out[agent] = shared + random_tokens(rng, fixed - len(shared))
+    return out
+
+
+def _stage_order(agent: str) -> tuple[int, int]:
+    stage, _, branch = agent[1:].partition("b")
+    return int(stage), int(branch or 0)
+
+
+def synthetic(
+    *,
+    fixed: int = 4096,
+    dynamic: int = 32,
+    output: int = 32,
+    branches: int = 1,
+    n_agents: int = 10,
+    rounds: int = 10,
+    instances: int = 1,
+    seed: int = 0,
+) -> Workload:
+    """The paper's single-workflow benchmark (``instances=1``) or its concurrent variant: several
+    independent, non-sharing copies, each its own namespace (client id)."""
+    asg = synthetic_workflow(n_agents, branches)
+    rng = random.Random(seed)
+    insts = []
+    for k in range(instances):
+        spec = WorkflowSpec(asg, _synthetic_prompts(asg, fixed, branches, rng), dynamic, output, loop_limit=rounds)
+        insts.append(Instance(spec, f"synthetic-{k}", f"client-{k}", seed=rng.randrange(2**31)))
+    labels = {"fixed": fixed, "dynamic": dynamic, "output": output, "branches": branches,
+              "agents": n_agents, "rounds": rounds, "instances": instances}
+    return Workload("synthetic" if instances == 1 else "concurrent", tuple(insts), labels)
+
+
+def concurrent(*, instances: int, fixed: int = 1024, dynamic: int = 256, output: int = 256,
+               n_agents: int = 10, rounds: int = 2, seed: int = 0) -> Workload:
+    """The paper's high-concurrency benchmark: ``instances`` independent sequential workflows."""
+    return synthetic(fixed=fixed, dynamic=dynamic, output=output, n_agents=n_agents, rounds=rounds,
+                     instances=instances, seed=seed)
+
+
+def from_workflow(
+    wf: Workflow | AgentStepGraph,
+    *,
+    name: str,
+    dynamic: int = 64,
+    output: int = 128,
+    loop_limit: int = 3,
+    instances: int = 1,
+    seed: int = 0,
+) -> Workload:
+    """Any DSL workflow: fixed prefixes come from the agents' real system prompts (:func:`text_tokens`),
+    so agents whose role texts share a preamble share a cached prefix, as they would on a server."""
+    asg = wf if isinstance(wf, AgentStepGraph) else wf.compile()
+    fixed = {agent: text_tokens(asg.system_prompt(agent)) or (0,) for agent in asg.agents}
+    spec = WorkflowSpec(asg, fixed, dynamic, output, loop_limit)
+    rng = random.Random(seed)
+    insts = tuple(Instance(spec, f"{name}-{k}", f"client-{k}", seed=rng.randrange(2**31)) for k in range(instances))
+    labels = {"fixed": max(len(t) for t in fixed.values()), "dynamic": dynamic, "output": output,
+              "loops": loop_limit, "instances": instances, "agents": len(fixed)}
+    return Workload(name, insts, labels)
