@@ -64,9 +64,10 @@ class LiveWorkflow:
         self._live.pop(key, None)
         self._sends.update(sends)
         allowed = {t for b in self.asg.branches_of(node) for t in b.targets}
+        plain = set(self.asg.plain_targets(node))  # fire by themselves: naming them is harmless
         chosen = list(dict.fromkeys(goto))
         for target in chosen:
-            if target not in allowed:
+            if target not in allowed and target not in plain:
                 self._warn(
                     f"goto:{node}:{target}",
                     f"node {node!r} routed to {target!r}, which its LangGraph graph does not declare; "

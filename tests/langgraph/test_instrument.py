@@ -123,7 +123,7 @@ def assert_steps_updates(server, workflow_ids) -> None:
         assert all(not u["done"] for u in updates[:-1])
 
 
-def test_sync_invoke_sends_exact_steps_on_every_call(server):
+def test_sync_invoke_sends_exact_steps_on_every_call(server, strict_tracking):
     app = instrument(software_company(server.url), namespace="shop", backend_url=server.url)
     app.invoke({"run": "r1"}, {"metadata": {"kvflow_workflow_id": "wf-1"}})
     handler_of(app).backend.flush()
@@ -134,7 +134,7 @@ def test_sync_invoke_sends_exact_steps_on_every_call(server):
     handler_of(app).backend.close()
 
 
-def test_concurrent_runs_are_attributed_to_their_own_workflow(server):
+def test_concurrent_runs_are_attributed_to_their_own_workflow(server, strict_tracking):
     app = instrument(software_company(server.url), namespace="shop", backend_url=server.url)
     app.batch(
         [{"run": "a"}, {"run": "b"}],
@@ -150,7 +150,7 @@ def test_concurrent_runs_are_attributed_to_their_own_workflow(server):
     handler_of(app).backend.close()
 
 
-async def test_async_graph_concurrent_ainvoke(server):
+async def test_async_graph_concurrent_ainvoke(server, strict_tracking):
     app = instrument(software_company(server.url, use_async=True), namespace="shop", backend_url=server.url)
     await asyncio.gather(
         app.ainvoke({"run": "x"}, {"metadata": {"kvflow_workflow_id": "wf-x"}}),
@@ -165,7 +165,7 @@ async def test_async_graph_concurrent_ainvoke(server):
     handler_of(app).backend.close()
 
 
-def test_stream_and_default_workflow_id(server):
+def test_stream_and_default_workflow_id(server, strict_tracking):
     app = instrument(software_company(server.url), namespace="shop")  # backend learned from calls
     chunks = list(app.stream({"run": "s"}, stream_mode="updates"))
     assert len(chunks) == len(EXPECTED)
