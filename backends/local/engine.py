@@ -1,0 +1,194 @@
+"""The embedded engine's facade: :class:`Engine` implements ``backends.base.ServingEngine``.
+
+Model work runs on a dedicated loop thread (it never blocks the asyncio loop); callers talk to it
+through the scheduler's command queue and receive events through a thread-safe sink bound to their
+own event loop. Cancelling an awaiting ``generate`` task or closing a ``stream`` iterator aborts the
+request and frees its slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any, AsyncIterator
+
+from backends.base import EngineError, GenerateRequest, GenerateResult, RequestTooLarge, StreamEvent
+from backends.local.config import EngineConfig
+from backends.local.model.loader import load_model
+from backends.local.request import RequestState
+from backends.local.sampler import make_generator
+from backends.local.scheduler import Scheduler
+from backends.local.tokenizer import ChatTokenizer
+from kvflow_orch.protocol import StepsUpdate
+
+__all__ = ["Engine"]
+
+log = logging.getLogger("kvflow.engine")
+_IDLE_WAIT_S = 0.5
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvflow")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class Engine:
+    """``Engine(EngineConfig(...))`` loads the model at construction; ``start()`` (or the first
+    request) starts the loop thread; ``shutdown()`` fails what is still queued and stops it."""
+
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.config = config or EngineConfig()
+        loaded = load_model(self.config.model, dtype=self.config.torch_dtype(), device=self.config.torch_device(),
+                            seed=self.config.seed)
+        self.model_name = loaded.name
+        self.tokenizer: ChatTokenizer = loaded.tokenizer
+        self.model_config = loaded.model.cfg
+        self._wake = threading.Event()
+        self.scheduler = Scheduler(self.config, loaded, self._wake.set)
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._lock = threading.Lock()
+        self._seed_counter = 0
+
+    # ---- life cycle -------------------------------------------------------------------
+    async def start(self) -> None:
+        self._ensure_started()
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._stop:
+                raise EngineError("the engine has been shut down")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="kvflow-engine", daemon=True)
+                self._thread.start()
+
+    async def shutdown(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    def close(self) -> None:
+        """Synchronous shutdown (idempotent)."""
+        with self._lock:
+            self._stop = True
+            thread = self._thread
+        self._wake.set()
+        if thread is not None:
+            thread.join()
+        else:
+            self.scheduler.shutdown()
+
+    def _loop(self) -> None:
+        scheduler = self.scheduler
+        while not self._stop:
+            self._wake.clear()
+            try:
+                progressed = scheduler.step()
+            except Exception:  # keep serving; the step's requests were failed where possible
+                log.exception("engine step failed")
+                progressed = False
+            if not progressed:
+                self._wake.wait(_IDLE_WAIT_S)
+        scheduler.shutdown()
+
+    # ---- requests ---------------------------------------------------------------------
+    def _validate(self, request: GenerateRequest) -> None:
+        ids, sampling = request.input_ids, request.sampling
+        if not ids:
+            raise EngineError("the prompt is empty")
+        vocab = self.model_config.vocab_size
+        bad = next((t for t in ids if not isinstance(t, int) or not 0 <= t < vocab), None)
+        if bad is not None:
+            raise EngineError(f"token id {bad!r} is outside the vocabulary [0, {vocab})")
+        needed = len(ids) + sampling.max_tokens - 1
+        limit = min(self.config.device_tokens, self.model_config.max_position)
+        if needed > limit:
+            raise RequestTooLarge(
+                f"the prompt has {len(ids)} tokens and max_tokens is {sampling.max_tokens}: {needed} KV slots are "
+                f"needed but the limit is {limit} (device pool {self.config.device_tokens} tokens, "
+                f"context {self.model_config.max_position})"
+            )
+        fixed = request.fixed_prefix_tokens
+        if fixed is not None and not 0 <= fixed <= len(ids):
+            raise EngineError(f"fixed_prefix_tokens is {fixed} but the prompt has {len(ids)} tokens")
+
+    def _submit(self, request: GenerateRequest) -> asyncio.Queue[StreamEvent | BaseException]:
+        self._validate(request)
+        self._ensure_started()
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[StreamEvent | BaseException] = asyncio.Queue()
+
+        def sink(event: StreamEvent | BaseException) -> None:
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, event)
+            except RuntimeError:  # the caller's loop is gone: nobody is listening any more
+                self.scheduler.cancel(request.request_id)
+                self._wake.set()
+
+        with self._lock:
+            self._seed_counter += 1
+            fallback_seed = self.config.seed * 1_000_003 + self._seed_counter
+        state = RequestState(request, sink, self.tokenizer, make_generator(request.sampling, fallback_seed))
+        self.scheduler.submit(state)
+        self._wake.set()
+        return events
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamEvent]:
+        events = self._submit(request)
+        finished = False
+        try:
+            while True:
+                event = await events.get()
+                if isinstance(event, BaseException):
+                    finished = True
+                    raise event
+                yield event
+                if event.result is not None:
+                    finished = True
+                    return
+        finally:
+            if not finished:
+                self.scheduler.cancel(request.request_id)
+                self._wake.set()
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        events = self.stream(request)
+        try:
+            async for event in events:
+                if event.result is not None:
+                    return event.result
+        finally:
+            await events.aclose()
+        raise EngineError("the request ended without a result")
+
+    def apply_steps(self, update: StepsUpdate) -> None:
+        if not isinstance(update, StepsUpdate):
+            raise TypeError(f"apply_steps expects a StepsUpdate, got {type(update).__name__}")
+        self.scheduler.apply_steps(update)
+        self._wake.set()
+
+    # ---- introspection ----------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        return {**self.scheduler.snapshot, "requests_in_flight": self.scheduler.in_flight}
+
+    def info(self) -> dict[str, Any]:
+        cfg = self.config
+        device = cfg.torch_device()
+        return {
+            "version": _version(),
+            "backend": "local",
+            "model": self.model_name,
+            "policy": cfg.policy,
+            "prefetch": bool(cfg.prefetch and cfg.host_tokens),
+            "tiers": {
+                "device": {"tokens": cfg.device_tokens, "device": str(device)},
+                "host": {"tokens": cfg.host_tokens, "device": "cpu", "pinned": device.type == "cuda"},
+            },
+            "max_batch": cfg.max_batch,
+            "chunk_tokens": cfg.chunk_tokens,
+            "dtype": str(cfg.torch_dtype()).removeprefix("torch."),
+            "context_length": self.model_config.max_position,
+        }

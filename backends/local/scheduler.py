@@ -1,0 +1,315 @@
+"""Continuous-batching scheduler: the engine loop's single owner of the cache brain.
+
+One :meth:`Scheduler.step`: apply queued commands (new requests, cancellations, steps updates) and
+finished prefetch loads; admit waiting requests (status-aware: a request whose cached prefix is
+still loading is skipped and later ones run); spend up to ``chunk_tokens`` of prefill; decode every
+running request by one token in one batched forward.
+
+Slot discipline: at admission the matched path is locked and every slot the request can need
+(rest of the prompt + ``max_tokens - 1``) is allocated; when it ends, what was computed is inserted
+into the tree and the rest is freed, so pool occupancy returns to its baseline after every request,
+finished, failed or cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+from backends.base import EngineError, FinishReason, StreamEvent
+from backends.kvcache import CacheConfig, EvictResult, KVCache
+from backends.local.config import EngineConfig
+from backends.local.model.loader import LoadedModel
+from backends.local.pools import KVPool, copy_slots
+from backends.local.prefetch import PrefetchWorker
+from backends.local.request import Phase, RequestState
+from backends.local.runner import ModelRunner
+from backends.local.sampler import sample
+from kvflow_orch.protocol import StepsUpdate
+
+__all__ = ["Scheduler"]
+
+log = logging.getLogger("kvflow.engine")
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, loaded: LoadedModel, wake: Callable[[], None]) -> None:
+        device, dtype, cfg = config.torch_device(), config.torch_dtype(), loaded.model.cfg
+        self.config = config
+        self.device_pool = KVPool(cfg, config.device_tokens, device=device, dtype=dtype)
+        self.host_pool = KVPool(cfg, config.host_tokens, device="cpu", dtype=dtype, pin=device.type == "cuda")
+        self.cache = KVCache(CacheConfig(
+            device_tokens=config.device_tokens, host_tokens=config.host_tokens, policy=config.policy,
+            prefetch=config.prefetch, prefetch_lookahead=config.prefetch_lookahead,
+            max_inflight_loads=config.max_inflight_loads, write_through=config.write_through,
+        ))
+        self.runner = ModelRunner(loaded.model, self.device_pool, config.chunk_tokens)
+        self.worker = PrefetchWorker(self._copy_load, device, wake) if config.prefetch and config.host_tokens else None
+        self.waiting: deque[RequestState] = deque()
+        self.running: list[RequestState] = []
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.counters = {"steps": 0, "step_s": 0.0, "decode_steps": 0, "decode_step_s": 0.0,
+                         "decode_forward_s": 0.0, "prefetch_tasks": 0, "failed_requests": 0}
+        self.snapshot: dict[str, Any] = {}
+        self._count_lock = threading.Lock()
+        self._submitted = 0
+        self._ended = 0
+        self._publish()
+
+    # ---- commands from other threads (queued; applied by the loop) -----------------------
+    def submit(self, state: RequestState) -> None:
+        with self._count_lock:
+            self._submitted += 1
+        self._inbox.put(("submit", state))
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not ended yet (their slots are not all back)."""
+        with self._count_lock:
+            return self._submitted - self._ended
+
+    def cancel(self, request_id: str) -> None:
+        self._inbox.put(("cancel", request_id))
+
+    def apply_steps(self, update: StepsUpdate) -> None:
+        self._inbox.put(("steps", update))
+
+    # ---- the loop body -----------------------------------------------------------------
+    def step(self) -> bool:
+        """One scheduling iteration; returns whether it did model work or admitted anything."""
+        start = time.perf_counter()
+        self._drain_inbox()
+        self._finish_loads()
+        admitted = self._admit()
+        prefilled = self._prefill()
+        decode_start, forward_before = time.perf_counter(), self.runner.forward_s
+        decoded = self._decode()
+        now = time.perf_counter()
+        if decoded and not prefilled and not admitted:
+            self.counters["decode_steps"] += 1
+            self.counters["decode_step_s"] += now - start
+            self.counters["decode_forward_s"] += self.runner.forward_s - forward_before
+        del decode_start
+        self.counters["steps"] += 1
+        self.counters["step_s"] += now - start
+        self._publish()
+        return admitted or prefilled or decoded
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or not self._inbox.empty())
+
+    def shutdown(self) -> None:
+        self._drain_inbox()
+        for state in list(self.waiting) + list(self.running):
+            self._fail(state, EngineError("the engine shut down"))
+        if self.worker is not None:
+            self.worker.stop()
+            self._finish_loads()
+        self._publish()
+
+    # ---- commands -----------------------------------------------------------------------
+    def _drain_inbox(self) -> None:
+        hinted = False
+        while True:
+            try:
+                kind, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                if kind == "submit":
+                    hinted |= self._accept(payload)
+                elif kind == "cancel":
+                    self._cancel(payload)
+                elif kind == "steps":
+                    self.cache.apply_steps(payload)
+                    hinted = True
+            except Exception as exc:  # a bad command must not stop the loop
+                log.warning("ignored %s command: %s", kind, exc)
+                if kind == "submit":
+                    self._fail(payload, exc)
+        if hinted:
+            self._plan_prefetch()
+
+    def _accept(self, state: RequestState) -> bool:
+        hint = state.request.hint
+        if hint is not None:
+            self.cache.apply_hint(hint)
+        self.waiting.append(state)
+        return hint is not None
+
+    def _cancel(self, request_id: str) -> None:
+        for state in list(self.waiting) + self.running:
+            if state.request_id == request_id:
+                self._finish(state, "abort")
+                return
+
+    # ---- prefetch -------------------------------------------------------------------------
+    def _plan_prefetch(self) -> None:
+        if self.worker is None:
+            return
+        plan = self.cache.plan_prefetch()
+        self._do_demotions(plan.evicted)
+        for task in plan.tasks:
+            self.counters["prefetch_tasks"] += 1
+            self.worker.submit(task)
+
+    def _copy_load(self, task: Any) -> None:
+        copy_slots(self.host_pool, task.host_slots, self.device_pool, task.device_slots, non_blocking=True)
+
+    def _finish_loads(self) -> None:
+        if self.worker is None:
+            return
+        for done in self.worker.drain():
+            if done.error is None:
+                self.cache.complete_load(done.task)
+            else:
+                self._do_demotions(self.cache.fail_load(done.task))
+
+    def _do_demotions(self, evicted: EvictResult) -> None:
+        # write-back: copy device rows to host before anything reuses those device slots
+        for demotion in evicted.demoted:
+            copy_slots(self.device_pool, demotion.device_slots, self.host_pool, demotion.host_slots)
+
+    # ---- admission ----------------------------------------------------------------------
+    def _admit(self) -> bool:
+        admitted = False
+        for state in list(self.waiting):
+            if len(self.running) >= self.config.max_batch:
+                break
+            if not self.cache.is_ready(self.cache.match_prefix(state.prompt)):
+                continue  # its prefix is being prefetched: let ready requests run meanwhile
+            try:
+                if not self._try_admit(state):
+                    break  # device pool full of locked KV: wait for running requests to finish
+            except Exception as exc:
+                self._fail(state, exc)
+                continue
+            admitted = True
+        return admitted
+
+    def _try_admit(self, state: RequestState) -> bool:
+        prompt = state.prompt
+        admission = self.cache.admit(prompt)
+        self._do_demotions(admission.evicted)
+        if admission.load is not None:  # host-only prefix: load it now (the stall prefetch avoids)
+            copy_slots(self.host_pool, admission.load.host_slots, self.device_pool, admission.load.device_slots)
+            self.cache.complete_load(admission.load)
+        cached = [s for node in admission.match.nodes for s in node.device]
+        usable = min(len(cached), len(prompt) - 1)  # the last prompt token is always computed: we need its logits
+        allocation = self.cache.alloc_device(len(prompt) - usable + state.request.sampling.max_tokens - 1)
+        self._do_demotions(allocation.evicted)
+        if allocation.slots is None:
+            self.cache.unlock(admission.match.last_node)
+            return False
+        state.admission = admission
+        state.prefix_slots = cached[:usable]
+        state.own_slots = list(allocation.slots)
+        state.computed = usable
+        state.phase = Phase.PREFILL
+        self.waiting.remove(state)
+        self.running.append(state)
+        return True
+
+    # ---- model work ---------------------------------------------------------------------
+    def _prefill(self) -> bool:
+        budget = self.config.chunk_tokens
+        worked = False
+        for state in [s for s in self.running if s.phase is Phase.PREFILL]:
+            if budget <= 0:
+                break
+            start = state.computed
+            end = min(len(state.prompt), start + budget)
+            try:
+                logits = self.runner.prefill(state.prompt[start:end], state.slots(start), state.slots(end)[start:])
+                state.computed, budget, worked = end, budget - (end - start), True
+                if end == len(state.prompt):
+                    state.phase = Phase.DECODE
+                    self._emit(state, sample(logits, state.request.sampling, state.generator))
+            except Exception as exc:
+                self._fail(state, exc)
+        return worked
+
+    def _decode(self) -> bool:
+        batch = [s for s in self.running if s.phase is Phase.DECODE]
+        if not batch:
+            return False
+        positions = [len(s.prompt) + len(s.outputs) - 1 for s in batch]
+        try:
+            logits = self.runner.decode([s.outputs[-1] for s in batch], [s.slots(p + 1) for s, p in zip(batch, positions)])
+        except Exception as exc:
+            for state in batch:
+                self._fail(state, exc)
+            return True
+        for state, row in zip(batch, logits):
+            self._emit(state, sample(row, state.request.sampling, state.generator))
+        return True
+
+    # ---- endings ------------------------------------------------------------------------
+    def _emit(self, state: RequestState, token: int) -> None:
+        reason = state.push_token(token)
+        if reason is not None:
+            self._finish(state, reason, token)
+        else:
+            state.sink(StreamEvent(token, state.take_delta(final=False)))
+
+    def _finish(self, state: RequestState, reason: FinishReason, token: int | None = None) -> None:
+        self._release(state, keep=True)
+        self._publish()
+        state.sink(StreamEvent(token, state.take_delta(final=True), state.result(reason)))
+
+    def _fail(self, state: RequestState, exc: BaseException) -> None:
+        self.counters["failed_requests"] += 1
+        try:
+            self._release(state, keep=False)
+        finally:
+            self._publish()
+            state.sink(exc)
+
+    def _release(self, state: RequestState, *, keep: bool) -> None:
+        """Give back everything ``state`` holds; with ``keep``, first cache the KV it computed."""
+        if state.phase is Phase.DONE:
+            return
+        if state in self.running:
+            self.running.remove(state)
+        elif state in self.waiting:
+            self.waiting.remove(state)
+        state.phase = Phase.DONE
+        try:
+            self._give_back(state, keep)
+        finally:
+            with self._count_lock:
+                self._ended += 1
+
+    def _give_back(self, state: RequestState, keep: bool) -> None:
+        admission, state.admission = state.admission, None
+        if admission is None:
+            return
+        unused = state.own_slots
+        if keep:
+            n = state.computed + max(0, len(state.outputs) - 1)
+            hint = state.request.hint
+            try:
+                result = self.cache.insert(
+                    (state.prompt + tuple(state.outputs))[:n], state.slots(n),
+                    agent=(hint.namespace, hint.agent) if hint else None,
+                    fixed_prefix_tokens=state.request.fixed_prefix_tokens if hint else None,
+                )
+                unused = state.own_slots[n - len(state.prefix_slots):]
+                if result.offload is not None:
+                    copy_slots(self.device_pool, result.offload.device_slots, self.host_pool, result.offload.host_slots)
+                    self.cache.complete_offload(result.offload)
+            except Exception:
+                log.exception("could not cache request %s; dropping its KV", state.request_id)
+        self.cache.free_device(unused)
+        self.cache.unlock(admission.match.last_node)
+
+    def _publish(self) -> None:
+        self.snapshot = {
+            **self.cache.stats.as_dict(), **self.cache.usage(),
+            "running": len(self.running), "waiting": len(self.waiting),
+            "forward_s": self.runner.forward_s, **self.counters,
+        }

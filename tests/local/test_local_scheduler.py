@@ -1,0 +1,81 @@
+"""Status-aware scheduling, driven step by step on the real scheduler: a request whose cached prefix
+is still loading is skipped and a ready request runs; once the load completes it runs and its greedy
+tokens equal those computed from scratch."""
+
+from __future__ import annotations
+
+from backends.base import GenerateRequest, SamplingParams, StreamEvent
+from backends.local import EngineConfig
+from backends.local.pools import copy_slots
+from backends.local.request import Phase, RequestState
+from backends.local.scheduler import Scheduler
+from kvflow_orch.protocol import KVFlowHint, StepsUpdate
+
+ROLE = {a: f"You are the {a}. Follow your written instructions exactly and keep answers short. " * 3
+        for a in ("planner", "coder", "critic")}
+
+
+def request(tiny, agent, question="Do the next step.", **steps):
+    enc = tiny.tokenizer.encode_chat([{"role": "system", "content": ROLE[agent]}, {"role": "user", "content": question}], 1)
+    hint = KVFlowHint(workflow_id="wf", agent=agent, steps=steps) if steps else None
+    return GenerateRequest(enc.input_ids, SamplingParams(max_tokens=8, ignore_eos=True), hint=hint,
+                           fixed_prefix_tokens=enc.fixed_prefix_tokens)
+
+
+def submit(sched, tiny, req):
+    events: list = []
+    state = RequestState(req, events.append, tiny.tokenizer, None)
+    sched.submit(state)
+    return state, events
+
+
+def run_all(sched):
+    while sched.has_work():
+        sched.step()
+
+
+def output(events):
+    last = events[-1]
+    assert isinstance(last, StreamEvent) and last.result is not None, last
+    return last.result.output_ids
+
+
+def test_loading_prefix_is_skipped_and_ready_requests_run(tiny):
+    scratch = Scheduler(EngineConfig(device_tokens=4096, host_tokens=0), tiny, wake=lambda: None)
+    _, ref_events = submit(scratch, tiny, request(tiny, "planner"))
+    run_all(scratch)
+    reference = output(ref_events)
+
+    sched = Scheduler(EngineConfig(device_tokens=700, host_tokens=4096, policy="kvflow"), tiny, wake=lambda: None)
+    try:
+        submit(sched, tiny, request(tiny, "planner", planner=0))
+        run_all(sched)
+        for agent in ("coder", "critic"):
+            submit(sched, tiny, request(tiny, agent, planner=None, **{agent: 0}))
+            run_all(sched)
+        # plan the prefetch ourselves and hold its copies: the planner's prefix stays "loading"
+        sched.cache.apply_steps(StepsUpdate(workflow_id="wf", steps={"planner": 1}))
+        plan = sched.cache.plan_prefetch()
+        assert plan.tasks, "the planner's fixed prefix should be planned for prefetch"
+        for demotion in plan.evicted.demoted:
+            copy_slots(sched.device_pool, demotion.device_slots, sched.host_pool, demotion.host_slots)
+
+        planner, planner_events = submit(sched, tiny, request(tiny, "planner"))
+        coder, coder_events = submit(sched, tiny, request(tiny, "coder", "Another step."))
+        sched.step()
+        assert planner.phase is Phase.WAITING and coder.phase is not Phase.WAITING
+        while coder.phase is not Phase.DONE:
+            sched.step()
+        assert planner.phase is Phase.WAITING and not planner_events
+
+        for task in plan.tasks:
+            copy_slots(sched.host_pool, task.host_slots, sched.device_pool, task.device_slots)
+            sched.cache.complete_load(task)
+        run_all(sched)
+        assert output(planner_events) == reference
+        assert sched.snapshot["prefetch_hit_tokens"] > 0
+        assert sched.cache.check_integrity() and sched.snapshot["device_held"] == 0
+        assert len(output(coder_events)) == 8
+    finally:
+        sched.shutdown()
+        scratch.shutdown()
