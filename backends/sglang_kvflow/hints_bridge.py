@@ -1,0 +1,160 @@
+"""Hints into SGLang: ``custom_params.kvflow`` on requests, and the scheduler messages that carry
+out-of-band steps updates and stats queries.
+
+Placement (kvflow_orch/protocol.py): ``/generate`` bodies carry the hint as
+``sampling_params.custom_params.kvflow``; ``/v1/*`` bodies as a top-level ``custom_params.kvflow``,
+which SGLang copies into ``sampling_params.custom_params``. So one reader serves both routes once
+the request reaches the tokenizer manager (validation, 400 on a bad hint) and the scheduler (apply).
+
+The HTTP side may add ``custom_params["kvflow_fixed_tokens"]``: the fixed-prefix boundary in
+tokens, computed from the hint's ``fixed_prefix`` characters for text prompts.
+
+Messages are msgspec structs registered with ``hook_custom_types`` in every process, and reach the
+scheduler through its request socket, so rank 0 broadcasts them to all TP ranks in the same
+iteration: every rank applies the same update (eviction is decided per rank and must agree).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Dict, Mapping, Optional
+
+from sglang.srt.managers.io_struct import BaseReq, hook_custom_types
+
+from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate, extract_hint
+
+from .state import get_state
+
+__all__ = [
+    "FIXED_TOKENS_KEY", "KVFlowStepsReq", "KVFlowStatsReq", "KVFlowStatsReqOutput",
+    "read_request_hint", "parse_custom_params", "register_message_types",
+    "validate_generate_request", "install_scheduler_handlers", "install_stats_communicator",
+]
+
+FIXED_TOKENS_KEY = "kvflow_fixed_tokens"
+
+
+class KVFlowStepsReq(BaseReq, kw_only=True):
+    """An out-of-band :class:`~kvflow_orch.protocol.StepsUpdate`, already validated."""
+
+    workflow_id: str
+    namespace: str
+    steps: Dict[str, Optional[int]]
+    done: bool = False
+
+
+class KVFlowStatsReq(BaseReq, kw_only=True):
+    """Ask every scheduler (one per DP rank) for its KVFlow counters."""
+
+
+class KVFlowStatsReqOutput(BaseReq, kw_only=True):
+    stats: Dict[str, Any]
+
+
+def register_message_types() -> None:
+    """Extend SGLang's msgpack decoder; needed in every process that receives these messages."""
+    hook_custom_types(KVFlowStepsReq, KVFlowStatsReq, KVFlowStatsReqOutput)
+
+
+def parse_custom_params(custom_params: Any) -> tuple[KVFlowHint, int | None] | None:
+    """``(hint, explicit fixed-prefix tokens)`` from a request's ``custom_params``; ``None`` when it
+    carries no kvflow hint. Raises :class:`HintError` (a ValueError) naming the bad field."""
+    if custom_params is None:
+        return None
+    if not isinstance(custom_params, Mapping):
+        raise HintError("custom_params must be an object")
+    hint = extract_hint({"custom_params": custom_params}, route="openai")
+    if hint is None:
+        return None
+    explicit = custom_params.get(FIXED_TOKENS_KEY)
+    if explicit is not None and (isinstance(explicit, bool) or not isinstance(explicit, int) or explicit < 0):
+        raise HintError(f"custom_params.{FIXED_TOKENS_KEY} must be an integer >= 0, got {explicit!r}")
+    return hint, explicit
+
+
+def read_request_hint(custom_params: Any) -> tuple[KVFlowHint, int | None] | None:
+    """Scheduler-side reader: a hint the HTTP side let through is applied; anything else (a
+    request that bypassed the HTTP checks, e.g. the offline Engine) is ignored, never fatal."""
+    try:
+        return parse_custom_params(custom_params)
+    except HintError:
+        return None
+
+
+def _fixed_tokens_for_text(tokenizer: Any, text: str, fixed_chars: int) -> int:
+    """Tokens of ``text`` that come from its first ``fixed_chars`` characters: the common token
+    prefix of the whole text and of that head (tokenizers may merge across the boundary)."""
+    full = tokenizer.encode(text)
+    head = tokenizer.encode(text[:fixed_chars])
+    n = 0
+    for a, b in zip(full, head):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def _sampling_dicts(obj: Any) -> list[dict]:
+    params = getattr(obj, "sampling_params", None)
+    if params is None:
+        return []
+    if isinstance(params, dict):
+        return [params]
+    if isinstance(params, list):
+        return [p for p in params if isinstance(p, dict)]
+    return []
+
+
+def validate_generate_request(tokenizer_manager: Any, obj: Any, *_: Any, **__: Any) -> None:
+    """BEFORE ``TokenizerManager.generate_request`` (both /generate and /v1/* pass here): reject a
+    malformed hint with a ValueError, which SGLang answers with HTTP 400 and the message."""
+    text = getattr(obj, "text", None)
+    for sampling in _sampling_dicts(obj):
+        parsed = parse_custom_params(sampling.get("custom_params"))
+        if parsed is None:
+            continue
+        hint, explicit = parsed
+        tokenizer = getattr(tokenizer_manager, "tokenizer", None)
+        if explicit is None and hint.fixed_prefix is not None and isinstance(text, str) and tokenizer:
+            custom = dict(sampling["custom_params"])
+            custom[FIXED_TOKENS_KEY] = _fixed_tokens_for_text(tokenizer, text, hint.fixed_prefix)
+            sampling["custom_params"] = custom
+    return None
+
+
+def handle_steps(scheduler: Any, msg: KVFlowStepsReq) -> None:
+    update = StepsUpdate(workflow_id=msg.workflow_id, namespace=msg.namespace, steps=msg.steps, done=msg.done)
+    state = get_state()
+    state.hints.apply_steps(update)
+    state.counters["steps_updates"] += 1
+    return None  # no reply: the HTTP route answered after validating
+
+
+def handle_stats(scheduler: Any, msg: KVFlowStatsReq) -> KVFlowStatsReqOutput:
+    from .stats import scheduler_stats
+
+    return KVFlowStatsReqOutput(stats=scheduler_stats(scheduler, get_state()))
+
+
+def install_scheduler_handlers(result: Any, scheduler: Any, *_: Any, **__: Any) -> None:
+    """AFTER ``Scheduler.init_request_dispatcher``: route our messages to their handlers."""
+    from sglang.utils import TypeBasedDispatcher
+
+    scheduler._request_dispatcher += TypeBasedDispatcher([
+        (KVFlowStepsReq, partial(handle_steps, scheduler)),
+        (KVFlowStatsReq, partial(handle_stats, scheduler)),
+    ])
+    return None
+
+
+def install_stats_communicator(result: Any, tokenizer_manager: Any, *_: Any, **__: Any) -> None:
+    """AFTER ``TokenizerManager.init_request_dispatcher``: a fan-out communicator that collects one
+    stats reply per DP rank, like SGLang's own control requests."""
+    from sglang.srt.managers.communicator import FanOutCommunicator
+    from sglang.srt.runtime_context import get_parallel
+    from sglang.utils import TypeBasedDispatcher
+
+    communicator = FanOutCommunicator(tokenizer_manager._dispatch_to_scheduler, get_parallel().num_dp_ranks)
+    tokenizer_manager.kvflow_stats_communicator = communicator
+    tokenizer_manager._result_dispatcher += TypeBasedDispatcher([(KVFlowStatsReqOutput, communicator.handle_recv)])
+    return None

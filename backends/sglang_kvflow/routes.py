@@ -1,0 +1,117 @@
+"""The kvflow HTTP routes on SGLang's FastAPI app (main process only).
+
+* ``POST /kvflow/v1/steps``: a :class:`~kvflow_orch.protocol.StepsUpdate`; validated here (422 with
+  a message naming the field), then sent to the scheduler as a :class:`KVFlowStepsReq`.
+* ``GET /kvflow/v1/info``: backend, versions, policy, tiers and capacities (what the runtime probes).
+* ``GET /kvflow/v1/stats``: every DP rank's counters and occupancy, summed.
+
+SGLang's own middleware (``--api-key``) covers these routes like every other.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, StepsUpdate
+
+from .hints_bridge import KVFlowStatsReq, KVFlowStepsReq
+from .stats import merge_stats
+
+__all__ = ["install_routes", "info_payload"]
+
+PROTOCOL_VERSION = 1
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "code": status}})
+
+
+def _tokenizer_manager() -> Any:
+    from sglang.srt.entrypoints import http_server
+
+    state = http_server.get_global_state()
+    return None if state is None else state.tokenizer_manager
+
+
+async def post_steps(request: Request) -> JSONResponse:
+    try:
+        body = json.loads(await request.body() or b"null")
+    except ValueError as exc:
+        return _error(400, f"body is not valid JSON: {exc}")
+    if not isinstance(body, dict):
+        return _error(422, "body must be a JSON object (a StepsUpdate)")
+    try:
+        update = StepsUpdate.model_validate(body)
+    except ValidationError as exc:
+        fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+        return _error(422, f"invalid steps update: {fields}")
+    manager = _tokenizer_manager()
+    if manager is None:
+        return _error(503, "the SGLang tokenizer manager is not running yet", "server_error")
+    await manager._async_dispatch_to_scheduler(KVFlowStepsReq(
+        workflow_id=update.workflow_id, namespace=update.namespace, steps=dict(update.steps), done=update.done,
+    ))
+    return JSONResponse({"ok": True, "workflow_id": update.workflow_id, "agents": len(update.steps),
+                         "done": update.done})
+
+
+def info_payload(server_args: Any) -> dict[str, Any]:
+    import sglang
+
+    from .state import PluginConfig
+
+    policy = getattr(server_args, "radix_eviction_policy", "lru")
+    hicache = bool(getattr(server_args, "enable_hierarchical_cache", False))
+    options = getattr(server_args, "radix_eviction_policy_config", None) or {}
+    if isinstance(options, str):
+        options = json.loads(options)
+    config = PluginConfig.from_options(options) if policy == "kvflow" else None
+    return {
+        "backend": "sglang",
+        "protocol": PROTOCOL_VERSION,
+        "sglang_version": sglang.__version__,
+        "policy": policy,
+        "prefetch": bool(config and config.prefetch and hicache),
+        "lookahead": config.lookahead if config else None,
+        "tiers": ["device", "host"] if hicache else ["device"],
+        "hicache_write_policy": getattr(server_args, "hicache_write_policy", None) if hicache else None,
+        "capacities": {
+            "max_total_tokens": getattr(server_args, "max_total_tokens", None),
+            "hicache_ratio": getattr(server_args, "hicache_ratio", None) if hicache else None,
+            "hicache_size_gb": getattr(server_args, "hicache_size", None) if hicache else None,
+        },
+        "routes": {"steps": STEPS_ROUTE, "stats": STATS_ROUTE},
+    }
+
+
+async def get_info() -> JSONResponse:
+    manager = _tokenizer_manager()
+    if manager is None:
+        return _error(503, "the SGLang tokenizer manager is not running yet", "server_error")
+    return JSONResponse(info_payload(manager.server_args))
+
+
+async def get_stats() -> JSONResponse:
+    manager = _tokenizer_manager()
+    communicator = getattr(manager, "kvflow_stats_communicator", None)
+    if communicator is None:
+        return _error(503, "kvflow stats are unavailable: the plugin is not loaded in the tokenizer manager",
+                      "server_error")
+    replies = await communicator.queueing_call(KVFlowStatsReq())
+    return JSONResponse(merge_stats(reply.stats for reply in replies))
+
+
+def install_routes(app: Any) -> None:
+    """Add the routes once (idempotent); call before uvicorn starts serving ``app``."""
+    existing = {getattr(route, "path", None) for route in app.routes}
+    if STEPS_ROUTE not in existing:
+        app.add_api_route(STEPS_ROUTE, post_steps, methods=["POST"])
+    if INFO_ROUTE not in existing:
+        app.add_api_route(INFO_ROUTE, get_info, methods=["GET"])
+    if STATS_ROUTE not in existing:
+        app.add_api_route(STATS_ROUTE, get_stats, methods=["GET"])

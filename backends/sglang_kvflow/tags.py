@@ -1,0 +1,112 @@
+"""Agent tags on SGLang tree nodes: which agents' fixed prefixes run through a node.
+
+* When a hinted request is queued in the scheduler, its hint updates the hint table and its fixed
+  prefix length (in tokens) is decided once: the explicit boundary the HTTP side computed, else
+  backends/kvcache's segmentation heuristic (longest common prefix of the agent's recent requests).
+* After ``UnifiedRadixCache.checkpoint_into_tree`` the nodes root..boundary get the agent's tag
+  (matching the fixed-prefix key splits the node at the boundary, so the dynamic suffix stays
+  untagged).
+* ``UnifiedTreeCore._split_node`` does not copy unknown attributes: the split hook copies the tags
+  (and the prefetch marker) onto the new upper node. Demotion and load-back keep the same node
+  object, so tags survive the host tier.
+"""
+
+from __future__ import annotations
+
+import logging
+from array import array
+from typing import Any
+
+from backends.kvcache.hints import AgentRef
+
+from .hints_bridge import read_request_hint
+from .state import PrefixKey, get_state
+
+__all__ = ["TAGS_ATTR", "LOADING_ATTR", "node_tags", "on_request_queued", "tag_after_checkpoint",
+           "split_keeps_tags", "tag_path", "uses_python_core"]
+
+logger = logging.getLogger(__name__)
+
+TAGS_ATTR = "kvflow_tags"        # set[AgentRef] on UnifiedTreeNode (it has no __slots__)
+LOADING_ATTR = "kvflow_loading"  # anchor id of the prefetch loading this node
+_REQ_ATTR = "kvflow_prefix"      # (AgentRef, fixed_len) stashed on the scheduler's Req
+
+
+def node_tags(node: Any) -> set[AgentRef] | None:
+    return getattr(node, TAGS_ATTR, None)
+
+
+def on_request_queued(scheduler: Any, req: Any, is_retracted: bool = False, *_: Any, **__: Any) -> None:
+    """BEFORE ``Scheduler._add_request_to_queue``: apply the request's hint (every TP rank sees the
+    same request, so every rank's table changes alike) and decide its fixed-prefix length."""
+    if is_retracted or getattr(req, _REQ_ATTR, None) is not None:
+        return  # a retracted request comes back: its hint was applied when it first arrived
+    found = read_request_hint(getattr(req.sampling_params, "custom_params", None))
+    if found is None:
+        return
+    hint, explicit_tokens = found
+    state = get_state()
+    ref: AgentRef = (hint.namespace, hint.agent)
+    state.hints.apply_hint(hint)
+    state.counters["hinted_requests"] += 1
+    fixed_len = state.segmenter.observe(ref, req.origin_input_ids, explicit_tokens)
+    setattr(req, _REQ_ATTR, (ref, fixed_len))
+
+
+def uses_python_core(cache: Any) -> bool:
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
+
+    return isinstance(getattr(cache, "tree_core", None), UnifiedTreeCore)
+
+
+def tag_path(cache: Any, ref: AgentRef, prefix: PrefixKey) -> int:
+    """Tag root..end of ``prefix`` in ``cache`` with ``ref``; returns the tagged token count."""
+    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    core = cache.tree_core
+    key = RadixKey(array("q", prefix.token_ids), prefix.extra_key, is_bigram=core.is_eagle,
+                   cache_salt=prefix.cache_salt).page_aligned(cache.page_size)
+    if len(key) == 0:
+        return 0
+    match = cache.match_prefix(MatchPrefixParams(key=key))
+    node = core.node_by_id(match.best_match_node)
+    tagged = 0
+    while node is not None and node is not core.root_node:
+        tags = node.__dict__.setdefault(TAGS_ATTR, set())
+        tags.add(ref)
+        tagged += len(node.key)
+        node = node.parent
+    return tagged
+
+
+def tag_after_checkpoint(result: Any, cache: Any, req: Any, *_: Any, **__: Any) -> None:
+    """AFTER ``UnifiedRadixCache.checkpoint_into_tree``: tag the fixed prefix the insert covered."""
+    stash = getattr(req, _REQ_ATTR, None)
+    if stash is None or cache.disable:
+        return None
+    ref, fixed_len = stash
+    if fixed_len <= 0:
+        return None
+    if not uses_python_core(cache):
+        return None  # tags need the Python tree core; register() forces it and logs so
+    prefix = PrefixKey(tuple(req.origin_input_ids[:fixed_len]), req.extra_key, req.cache_salt)
+    state = get_state()
+    if tag_path(cache, ref, prefix) > 0:
+        state.prefixes[ref] = prefix
+        state.hints.note_fixed_tokens(ref, fixed_len)
+        state.counters["tagged_requests"] += 1
+    return None
+
+
+def split_keeps_tags(result: Any, core: Any, key: Any, child: Any, split_len: int) -> None:
+    """AFTER ``UnifiedTreeCore._split_node`` (returns ``(new_node, action)``): the new upper node
+    carries the same tokens' tags, and is part of the same prefetch load as its child."""
+    new_node = result[0] if isinstance(result, tuple) else result
+    tags = getattr(child, TAGS_ATTR, None)
+    if tags:
+        setattr(new_node, TAGS_ATTR, set(tags))
+    loading = getattr(child, LOADING_ATTR, None)
+    if loading is not None:
+        setattr(new_node, LOADING_ATTR, loading)
+    return None

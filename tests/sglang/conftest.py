@@ -1,0 +1,139 @@
+"""Fixtures for the SGLang plugin tests: real SGLang 0.5.23 classes on CPU (see shims.py).
+
+Tests marked ``sglang`` are skipped, with the reason, where sglang is not importable (the main
+venv); they run in ``.venv-sglang`` (built by ``.ci/setup-sglang``). Importing sglang happens
+lazily, so unmarked tests in this folder run anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from array import array
+from typing import Any
+
+import pytest
+
+SGLANG_MISSING = importlib.util.find_spec("sglang") is None
+SKIP_REASON = "sglang is not installed here; build .venv-sglang with .ci/setup-sglang"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not SGLANG_MISSING:
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if item.get_closest_marker("sglang") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def plugin() -> Any:
+    """SGLang with the kvflow plugin loaded through its entry point, hooks applied."""
+    from tests.sglang.shims import install_hicache_shims, install_import_shims
+
+    install_import_shims()
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    install_hicache_shims()
+    import backends.sglang_kvflow as plugin_module
+
+    return plugin_module
+
+
+@pytest.fixture
+def state(plugin: Any) -> Any:
+    from backends.sglang_kvflow.state import reset_state
+
+    return reset_state()
+
+
+class CacheRig:
+    """One UnifiedRadixCache on CPU with its pools, and helpers that drive it the way the scheduler
+    does (real Req objects, real checkpoint_into_tree)."""
+
+    def __init__(self, *, size: int, policy: str, hicache: bool, policy_config: dict | None = None) -> None:
+        import torch
+        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+        self.server_args = ServerArgs(
+            model_path="dummy", page_size=1, hicache_io_backend="direct", hicache_mem_layout="layer_first",
+            hicache_write_policy="write_through", radix_eviction_policy=policy,
+        )
+        set_global_server_args_for_scheduler(self.server_args)
+        self.kv = MHATokenToKVPool(size=size, page_size=1, dtype=torch.bfloat16, head_num=2, head_dim=8,
+                                   layer_num=2, device="cpu", enable_memory_saver=False)
+        self.allocator = TokenToKVPoolAllocator(size=size, dtype=torch.bfloat16, device="cpu",
+                                                kvcache=self.kv, need_sort=False)
+        self.req_pool = ReqToTokenPool(size=16, max_context_len=512, device="cpu", enable_memory_saver=False)
+        params = CacheInitParams(
+            disable=False, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.allocator,
+            page_size=1, tree_components=(ComponentType.FULL,), eviction_policy=policy,
+            eviction_policy_config=policy_config, tree_core_backend="python",
+        )
+        self.cache = UnifiedRadixCache(params=params)
+        if hicache:
+            self.cache.init_hicache(self.server_args, params)
+            self.cache.load_back_threshold = 0  # the default 10 refuses our short test prefixes
+        self._rid = 0
+
+    def make_req(self, tokens: list[int], custom_params: dict | None = None) -> Any:
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        self._rid += 1
+        req = Req(rid=str(self._rid), origin_input_text="", origin_input_ids=array("q", tokens),
+                  sampling_params=SamplingParams(temperature=0, max_new_tokens=1, custom_params=custom_params))
+        req.extra_key = None
+        return req
+
+    def run_req(self, req: Any) -> Any:
+        """Prefill ``req`` from scratch into fresh slots and checkpoint it into the tree (the path
+        a finished prefill takes), then release it. Returns the KV slots it wrote."""
+        tokens = list(req.origin_input_ids)
+        self.req_pool.alloc([req])
+        slots = self.allocator.alloc(len(tokens))
+        assert slots is not None, "test pool too small"
+        self.req_pool.write((req.kv.req_pool_idx, slice(0, len(tokens))), slots)
+        req.full_untruncated_fill_ids = array("q", tokens)
+        req.output_ids = array("q")
+        req.extend_end = len(tokens)
+        req.kv.kv_committed_len = len(tokens)
+        req.kv.cache_protected_len = 0
+        req.last_node = self.cache.root_node_handle()
+        req.lock = None
+        self.cache.checkpoint_into_tree(req, up_to=len(tokens))
+        self.cache.unlock(req.lock)
+        req.lock = None
+        self.req_pool.free(req)
+        if self.cache.cache_controller is not None:
+            self.cache.writing_check(write_back=True)  # CPU copies are synchronous: settle backups
+        return slots
+
+    def device_tokens(self, tokens: list[int]) -> int:
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        return self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens)))).device_prefix_len
+
+
+@pytest.fixture
+def make_rig(plugin: Any, state: Any):
+    rigs: list[CacheRig] = []
+
+    def build(**kwargs: Any) -> CacheRig:
+        rig = CacheRig(**kwargs)
+        rigs.append(rig)
+        return rig
+
+    yield build
+    import atexit
+
+    for rig in rigs:
+        if rig.cache.cache_controller is not None:
+            atexit.unregister(rig.cache.shutdown)
