@@ -14,6 +14,7 @@ from fastapi.responses import Response
 
 from backends.base import ServingEngine
 from backends.server.auth import APIKeyAuth
+from backends.server.debug import debug_router
 from backends.server.errors import install_error_handlers
 from backends.server.generate_api import generate_router
 from backends.server.kvflow_api import StepsObserver, kvflow_router
@@ -34,6 +35,7 @@ def create_app(
     manage_engine: bool = True,
     on_request: RequestObserver | None = None,
     on_steps: StepsObserver | None = None,
+    debug_routes: bool = False,
 ) -> FastAPI:
     """Build the server app.
 
@@ -41,7 +43,8 @@ def create_app(
     the ``model`` field may use besides ``engine.model_name``. ``manage_engine``: start the engine
     when the app starts and shut it down when it stops (its loop must be the server's loop).
     ``on_request``/``on_steps``: in-process observers of accepted requests and steps updates
-    (for tests and tracing; they must not block).
+    (for tests and tracing; they must not block). ``debug_routes``: mount ``/kvflow/v1/debug/*``
+    (integrity check, hint-table size; see :mod:`backends.server.debug`); off by default.
     """
     ctx = ServerContext(
         engine=engine,
@@ -63,6 +66,8 @@ def create_app(
     app = FastAPI(title="kvflow", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     routers = [openai_router(ctx), generate_router(ctx), kvflow_router(ctx, on_steps)]
+    if debug_routes:
+        routers.append(debug_router(ctx))
     for router in routers:
         app.include_router(router)
     metrics = ServerMetrics(["/metrics", *(route.path for router in routers for route in router.routes)])

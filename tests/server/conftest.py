@@ -1,0 +1,29 @@
+"""A real embedded server (tiny-random engine, uvicorn on 127.0.0.1, a free port) shared by a test
+module, and the leak check every bad-input test ends with."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Iterator
+
+import httpx
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # test folders are not packages
+from server_helpers import DEVICE_TOKENS, Served, start_server  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Served]:
+    with start_server() as s:
+        yield s
+
+
+@pytest.fixture
+def client(served: Served) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=served.url, timeout=60) as c:
+        yield c
+
+
+__all__ = ["DEVICE_TOKENS", "served", "client"]
