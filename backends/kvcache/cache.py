@@ -199,6 +199,7 @@ class KVCache(EvictionMixin, TransferMixin):
                 node.device = list(mine)
                 self._held.difference_update(mine)
                 self._refresh(node)
+                self._refresh(node.parent)
             else:
                 duplicates.extend(s for s, t in zip(mine, node.device) if s != t)
             pos += len(node)
@@ -212,6 +213,7 @@ class KVCache(EvictionMixin, TransferMixin):
             last.device = list(slots[matched:])
             self._held.difference_update(last.device)
             self._refresh(last)
+            self._refresh(last.parent)
             path.append(last)
         self._touch(path)
         offload = self._start_offload(path) if self.config.write_through and self.config.has_host_tier else None

@@ -96,18 +96,19 @@ class EvictionMixin:
     def _demote_or_drop(self: KVCache, node: Node, demoted: list[Demotion]) -> int:
         """Take ``node`` off the device; returns the tokens dropped from the tree."""
         n = len(node)
+        dropped = 0
         if node.host is None and self.config.has_host_tier:
             host = self.host.alloc(n)
             if host is None:
-                self.evict_host(n - self.host.free_count)
+                dropped = self.evict_host(n - self.host.free_count).dropped
                 host = self.host.alloc(n)
             if host is not None:
                 demoted.append(Demotion(node.id, tuple(node.device), tuple(host)))
                 node.host = host
         if node.host is not None:
             self._release_device(node)
-            return 0
-        return self._drop_subtree(node)
+            return dropped
+        return dropped + self._drop_subtree(node)
 
     def _release_device(self: KVCache, node: Node) -> None:
         n = len(node)

@@ -1,0 +1,175 @@
+"""Eviction order (the paper's rules on hand-built trees), tiers, and the policies' registry."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from backends.kvcache import (
+    TIER_HINTED, TIER_UNHINTED, TIER_UNTAGGED, BeladyPolicy, CacheConfig, CacheError, HintTable,
+    KVCache, NodeState, kvflow_key, make_policy, policy_names,
+)
+from kvflow_orch.protocol import KVFlowHint, StepsUpdate
+
+from conftest import put
+
+SYS = (1, 2, 3, 4)          # system prompt shared by every agent
+FIXED = {"A": SYS + (10, 11), "B": SYS + (20, 21), "C": SYS + (30, 31)}
+
+
+def build_workflow(cache: KVCache) -> dict[str, tuple[int, ...]]:
+    """Three agents sharing SYS, each fixed prefix followed by a 2-token dynamic suffix."""
+    suffix = {}
+    for i, (agent, fixed) in enumerate(FIXED.items()):
+        tokens = fixed + (100 + i, 200 + i)
+        put(cache, tokens, agent=("ns", agent), fixed=len(fixed))
+        suffix[agent] = tokens
+    return suffix
+
+
+def evict_order(cache: KVCache) -> list[tuple[int, ...]]:
+    """Evict one node at a time; the key of each evicted node's full path, in order."""
+    order = []
+    while True:
+        leaves = {n: cache.tree.path_to(n) for n in cache._device_leaves}
+        res = cache.evict_device(1)
+        cache.check_integrity()
+        if not res.freed:
+            return order
+        gone = [n for n in leaves if n.device is None]
+        assert len(gone) == 1
+        order.append(tuple(t for p in leaves[gone[0]] for t in p.key))
+
+
+def test_kvflow_order_suffixes_then_descending_steps_shared_prefix_last(make_cache):
+    cache = make_cache(device_tokens=64, host_tokens=64)
+    build_workflow(cache)
+    cache.apply_hint(KVFlowHint(workflow_id="w", namespace="ns", agent="A", steps={"B": 2, "C": 1}))
+    order = evict_order(cache)
+    # dynamic suffixes first (untagged, LRU: A's inserted first), then B (2), C (1), A (0), SYS.
+    assert order[:3] == [FIXED[a] + (100 + i, 200 + i) for i, a in enumerate("ABC")]
+    assert order[3:] == [FIXED["B"], FIXED["C"], FIXED["A"], SYS]
+
+
+def test_shared_prefix_takes_the_min_and_follows_updates(make_cache):
+    cache = make_cache(device_tokens=64)
+    build_workflow(cache)
+    sys_node = cache.match_prefix(SYS).last_node
+    assert sys_node.tags == {("ns", a) for a in "ABC"}
+    cache.apply_steps(StepsUpdate(workflow_id="w", namespace="ns", steps={"A": 5, "B": 3, "C": 4}))
+    assert kvflow_key(sys_node.tags, cache.hints.steps, 0)[:2] == (TIER_HINTED, -3)
+    cache.apply_steps(StepsUpdate(workflow_id="w", namespace="ns", steps={"A": 5, "B": None, "C": 4}))
+    assert kvflow_key(sys_node.tags, cache.hints.steps, 0)[:2] == (TIER_HINTED, -4)
+    # Only SYS is protected by A's 5 now that B is inf: B's own node goes right after suffixes.
+    order = evict_order(cache)
+    assert order[3:] == [FIXED["B"], FIXED["A"], FIXED["C"], SYS]
+
+
+def test_infinite_steps_rank_after_untagged_before_finite():
+    hints = HintTable()
+    hints.set_steps("ns", "w", {"far": None, "near": 7})
+    untagged = kvflow_key(set(), hints.steps, last_access=99)
+    unhinted = kvflow_key({("ns", "far")}, hints.steps, last_access=1)
+    unknown = kvflow_key({("ns", "nobody")}, hints.steps, last_access=1)
+    hinted = kvflow_key({("ns", "near")}, hints.steps, last_access=0)
+    assert untagged[0] == TIER_UNTAGGED and unhinted[0] == unknown[0] == TIER_UNHINTED
+    assert untagged < unhinted < hinted
+    ties = sorted([kvflow_key({("ns", "near")}, hints.steps, t) for t in (5, 3, 4)])
+    assert [k[2] for k in ties] == [3, 4, 5]  # equal steps: least recently used first
+
+
+def test_lru_policy_ignores_hints(make_cache):
+    cache = make_cache(device_tokens=64, policy="lru")
+    build_workflow(cache)
+    cache.apply_hint(KVFlowHint(workflow_id="w", namespace="ns", agent="A", steps={"B": 2, "C": 1}))
+    put(cache, FIXED["A"] + (100, 200))  # A becomes the most recent path
+    order = evict_order(cache)
+    assert order[0] == FIXED["B"] + (101, 201) and order[-1] == SYS
+    assert order.index(FIXED["A"]) > order.index(FIXED["C"])
+
+
+def test_no_host_tier_drops_and_full_host_evicts_host_first(make_cache):
+    gpu_only = make_cache(device_tokens=8)
+    put(gpu_only, [1, 2, 3, 4])
+    res = gpu_only.evict_device(4)
+    assert (res.freed, res.dropped, res.demoted) == (4, 4, ())
+    assert len(gpu_only.tree) == 0 and gpu_only.stats.evicted_device_tokens == 4
+
+    cache = make_cache(device_tokens=8, host_tokens=4)
+    put(cache, [1, 2, 3, 4])
+    first = cache.evict_device(4)
+    assert len(first.demoted) == 1 and first.dropped == 0
+    assert cache.match_prefix([1, 2, 3, 4]).host_tokens == 4
+    put(cache, [5, 6, 7, 8])
+    second = cache.evict_device(4)  # host full: [1..4] is dropped from host to make room
+    assert second.demoted[0].host_slots == first.demoted[0].host_slots
+    assert cache.match_prefix([1, 2, 3, 4]).cached_tokens == 0
+    assert cache.match_prefix([5, 6, 7, 8]).host_tokens == 4
+    assert cache.stats.evicted_host_tokens == 4
+    cache.check_integrity()
+
+
+def test_evict_host_drops_only_unlocked_host_leaves(make_cache):
+    cache = make_cache(device_tokens=16, host_tokens=16)
+    put(cache, [1, 2, 3, 4])
+    put(cache, [1, 2, 9, 9])
+    assert cache.evict_device(100).freed == 6  # [1,2] + [3,4] + [9,9], all demoted
+    locked = cache.match_prefix([1, 2, 3, 4])
+    cache.lock(locked.last_node)  # host-only but locked (e.g. its load failed): kept
+    res = cache.evict_host(1)
+    assert (res.freed, res.dropped) == (2, 2) and cache.match_prefix([1, 2, 9, 9]).cached_tokens == 2
+    assert cache.evict_host(100).freed == 0
+    cache.unlock(locked.last_node)
+    assert cache.evict_host(100).freed == 4
+    assert len(cache.tree) == 0
+    with pytest.raises(CacheError):
+        cache.evict_device(-1)
+    cache.check_integrity()
+
+
+def test_dropping_a_device_node_drops_its_host_only_subtree(make_cache):
+    cache = make_cache(device_tokens=16, host_tokens=2)
+    put(cache, [1, 2, 3, 4])
+    put(cache, [1, 2, 3, 4, 5, 6])
+    cache.evict_device(2)  # [5, 6] demoted (host now full)
+    assert cache.match_prefix([1, 2, 3, 4, 5, 6]).host_tokens == 2
+    put(cache, [7, 7])
+    cache.lock(cache.match_prefix([7, 7]).last_node)
+    res = cache.evict_device(4)  # [1..4] has no host room: dropped with its host-only child
+    assert res.dropped == 6 and cache.stats.evicted_host_tokens == 2
+    cache.check_integrity()
+
+
+def test_belady_evicts_the_farthest_next_use(make_cache):
+    a, b, c = (1, 1, 1), (2, 2, 2), (3, 3, 3)
+    future = [a, b, c, b, a, c]
+    cache = KVCache(CacheConfig(device_tokens=6, policy="belady"), policy_options={"future": future})
+    assert isinstance(cache.policy, BeladyPolicy)
+    put(cache, a)
+    put(cache, b)
+    # Next: c needs room; a is next used at request 4, b at request 3 -> evict a.
+    put(cache, c)
+    assert cache.match_prefix(a).cached_tokens == 0 and cache.match_prefix(b).cached_tokens == 3
+
+
+def test_policy_registry():
+    assert {"lru", "kvflow", "belady"} <= set(policy_names())
+    with pytest.raises(ValueError, match="unknown eviction policy 'mru'"):
+        make_policy("mru", HintTable())
+    with pytest.raises(ValueError, match="unknown eviction policy"):
+        KVCache(CacheConfig(device_tokens=4, policy="nope"))
+
+
+def test_eviction_order_agrees_with_sorting_by_kvflow_key(make_cache):
+    """The facade evicts exactly in kvflow_key order among current leaves (what the SGLang
+    plugin reproduces with the same key function on its own nodes)."""
+    cache = make_cache(device_tokens=64)
+    build_workflow(cache)
+    cache.apply_hint(KVFlowHint(workflow_id="w", namespace="ns", agent="C", steps={"A": 1, "B": 4}))
+    while cache._device_leaves:
+        leaves = sorted(cache._device_leaves, key=lambda n: (kvflow_key(n.tags, cache.hints.steps, n.last_access), n.id))
+        victim = leaves[0]
+        cache.evict_device(1)
+        assert victim.device is None and victim.state is not NodeState.DEVICE
+    assert math.isinf(cache.hints.steps(("ns", "nobody")))

@@ -1,0 +1,126 @@
+"""Hint table (min over workflows, TTL, done, namespace cap, bad input) and segmentation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from backends.kvcache import HintError, HintTable, Segmenter
+from kvflow_orch.protocol import MAX_AGENTS, KVFlowHint, StepsUpdate
+
+from conftest import FakeClock, put
+
+
+def test_concurrent_workflows_combine_by_min_and_done_forgets():
+    hints = HintTable()
+    hints.set_steps("ns", "w1", {"coder": 3, "tester": 1})
+    hints.set_steps("ns", "w2", {"coder": 1})
+    assert hints.steps(("ns", "coder")) == 1 and hints.steps(("ns", "tester")) == 1
+    assert math.isinf(hints.steps(("other", "coder")))  # namespaces are separate
+    hints.apply_steps(StepsUpdate(workflow_id="w2", namespace="ns", done=True))
+    assert hints.steps(("ns", "coder")) == 3
+    hints.set_steps("ns", "w1", {"tester": 2})  # a new map replaces the old one
+    assert math.isinf(hints.steps(("ns", "coder")))
+    assert not hints.forget("ns", "never-seen")
+
+
+def test_hint_sets_the_calling_agent_to_zero_unless_given():
+    hints = HintTable()
+    hints.apply_hint(KVFlowHint(workflow_id="w", agent="planner", steps={"coder": 1}))
+    assert hints.steps(("default", "planner")) == 0
+    hints.apply_hint(KVFlowHint(workflow_id="w", agent="planner", steps={"planner": 4}))
+    assert hints.steps(("default", "planner")) == 4
+
+
+def test_ttl_expiry_falls_back_to_lru():
+    clock = FakeClock()
+    hints = HintTable(ttl_s=600, clock=clock)
+    hints.set_steps("ns", "old", {"a": 1})
+    clock.now += 300
+    hints.set_steps("ns", "new", {"b": 2})
+    clock.now += 301
+    assert hints.expire() == 1
+    assert math.isinf(hints.steps(("ns", "a"))) and hints.steps(("ns", "b")) == 2
+    clock.now += 300
+    assert hints.expire() == 1 and hints.workflow_count == 0
+
+
+def test_namespace_cap_unprotects_the_least_urgent_agents():
+    hints = HintTable(cap_tokens=100)
+    for agent, tokens in {"a": 60, "b": 30, "c": 30}.items():
+        hints.note_fixed_tokens(("greedy", agent), tokens)
+        hints.note_fixed_tokens(("polite", agent), tokens)
+    hints.set_steps("greedy", "w", {"a": 0, "b": 1, "c": 2})
+    hints.set_steps("polite", "w", {"a": 0, "b": 1})
+    assert [hints.steps(("greedy", x)) for x in "abc"] == [0, 1, math.inf]
+    assert hints.protected_tokens("greedy") == 90 <= 100
+    assert hints.raw_steps(("greedy", "c")) == 2
+    assert [hints.steps(("polite", x)) for x in "ab"] == [0, 1]  # one namespace cannot starve another
+
+
+def test_cache_caps_protection_at_half_the_device_pool_by_default(make_cache):
+    cache = make_cache(device_tokens=40)
+    for agent in "abc":
+        put(cache, [ord(agent)] * 8 + [1], agent=("ns", agent), fixed=8)
+    cache.apply_steps(StepsUpdate(workflow_id="w", namespace="ns", steps={"a": 0, "b": 1, "c": 2}))
+    assert cache.hints.protected_tokens("ns") == 16  # 3 x 8 > 20: c loses protection
+    assert math.isinf(cache.hints.steps(("ns", "c")))
+
+
+@pytest.mark.parametrize("steps, match", [
+    ({"a": -1}, "must be >= 0"),
+    ({"a": float("nan")}, "expected a number"),
+    ({"a": "3"}, "expected a number"),
+    ({"": 1}, "non-empty"),
+    ({f"a{i}": 1 for i in range(MAX_AGENTS + 1)}, "limit"),
+])
+def test_bad_steps_are_rejected_and_change_nothing(steps, match):
+    hints = HintTable()
+    hints.set_steps("ns", "w", {"a": 2})
+    version = hints.version
+    with pytest.raises(HintError, match=match):
+        hints.set_steps("ns", "w", steps)
+    assert hints.steps(("ns", "a")) == 2 and hints.version == version
+
+
+def test_hints_for_unknown_agents_are_kept_harmlessly(make_cache):
+    cache = make_cache(device_tokens=16, host_tokens=16)
+    cache.apply_hint(KVFlowHint(workflow_id="w", agent="ghost", steps={"nobody": 0}))
+    assert cache.plan_prefetch().tasks == ()
+    cache.check_integrity()
+
+
+def test_workflow_table_is_bounded():
+    hints = HintTable(max_workflows=3)
+    for i in range(10):
+        hints.set_steps("ns", f"w{i}", {f"a{i}": 1})
+    assert hints.workflow_count == 3 and math.isinf(hints.steps(("ns", "a0")))
+
+
+def test_segmentation_explicit_boundary_wins_and_heuristic_needs_two_requests():
+    seg = Segmenter(history=2)
+    ref = ("ns", "coder")
+    assert seg.observe(ref, [1, 2, 3, 4, 5]) == 0  # first request: all dynamic
+    assert seg.observe(ref, [1, 2, 3, 9, 9]) == 3
+    assert seg.observe(ref, [1, 2, 3, 9, 7]) == 4  # longest common prefix with the previous one
+    assert seg.observe(ref, [1, 2, 3, 8], explicit=2) == 2
+    assert seg.observe(ref, [1, 2], explicit=10) == 2  # clamped
+    assert seg.observe(("ns", "other"), [1, 2, 3]) == 0  # per agent
+    with pytest.raises(ValueError):
+        seg.observe(ref, [1], explicit=-1)
+
+
+def test_segmentation_tags_the_inferred_fixed_prefix(make_cache):
+    cache = make_cache(device_tokens=64)
+    ref = ("ns", "coder")
+    put(cache, [1, 2, 3, 4, 50, 51], agent=ref)
+    assert cache.fixed_prefix(ref) is None
+    put(cache, [1, 2, 3, 4, 60, 61], agent=ref)
+    assert cache.fixed_prefix(ref) == (1, 2, 3, 4)
+    assert cache.match_prefix([1, 2, 3, 4]).last_node.tags == {ref}
+    assert cache.match_prefix([1, 2, 3, 4, 60, 61]).last_node.tags is None
+    put(cache, [1, 2, 70], agent=ref, fixed=3)  # explicit boundary moves the tag
+    assert cache.fixed_prefix(ref) == (1, 2, 70)
+    assert ref not in (cache.match_prefix([1, 2, 3, 4]).last_node.tags or set())
+    assert cache.hints.fixed_tokens(ref) == 3
