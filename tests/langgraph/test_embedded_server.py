@@ -1,0 +1,52 @@
+"""instrument() end to end against the real embedded kvflow server (tiny-random engine, uvicorn on
+127.0.0.1): the engine receives every call with the agent, the exact steps and a fixed prefix, for
+plain and streaming (``stream_mode="messages"``) runs, and the steps updates end with done."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
+from lg_apps import EXPECTED, in_call_order, software_company  # noqa: E402
+from server_helpers import start_server  # noqa: E402
+
+from kvflow_orch.langgraph import handler_of, instrument  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def served():
+    with start_server() as s:
+        yield s
+
+
+def engine_calls(served, wid: str):
+    out = []
+    for route, request in list(served.requests):
+        hint = request.hint
+        assert hint is not None and route == "chat"
+        if hint.workflow_id == wid:
+            assert hint.namespace == "shop" and hint.fixed_prefix == 1
+            assert request.fixed_prefix_tokens and request.fixed_prefix_tokens < len(request.input_ids)
+            out.append((hint.agent, hint.steps))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["invoke", "stream-messages"])
+def test_embedded_server_receives_exact_steps(served, strict_tracking, mode):
+    graph = software_company(served.url, model="tiny-random", max_tokens=3)
+    app = instrument(graph, namespace="shop", backend_url=served.url)
+    wid = f"wf-{mode}"
+    config = {"metadata": {"kvflow_workflow_id": wid}}
+    if mode == "invoke":
+        app.invoke({"run": wid}, config)
+    else:  # ChatOpenAI switches to SSE streaming under stream_mode="messages"
+        tokens = list(app.stream({"run": wid}, config, stream_mode="messages"))
+        assert tokens
+    handler_of(app).backend.flush()
+    assert in_call_order(engine_calls(served, wid)) == EXPECTED
+    updates = [u for u in served.steps if u.workflow_id == wid]
+    assert updates and updates[-1].done and not any(u.done for u in updates[:-1])
+    handler_of(app).backend.close()
