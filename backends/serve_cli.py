@@ -2,7 +2,7 @@
 
     kvflow serve --model {smollm2-135m,tiny-random,DIR} --device-tokens N --host-tokens M
                  --policy {lru,kvflow} [--no-prefetch] [--port P] [--host H] [--api-key K]
-                 [--engine {local,sglang}] [SGLANG FLAGS...]
+                 [--debug-routes] [--engine {local,sglang}] [SGLANG FLAGS...]
 
 The server binds 127.0.0.1 unless ``--host`` says otherwise. With ``--engine sglang`` every flag this
 command does not know is handed to SGLang untouched (through ``backends.sglang_kvflow.launcher``);
@@ -64,6 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     parser.add_argument("--api-key", default=None, metavar="K",
                         help="require 'Authorization: Bearer K' on every route but /health")
+    parser.add_argument("--debug-routes", action="store_true",
+                        help="mount /kvflow/v1/debug/* (cache integrity check, hint-table size); off by default")
     parser.add_argument("--engine", choices=("local", "sglang"), default="local",
                         help="local: the embedded torch engine; sglang: SGLang with the kvflow plugin")
     # The kvflow dispatcher calls parse_args; SGLang's own flags must reach SGLang, so unknown
@@ -125,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"kvflow serve: cannot start the engine: {exc}", file=sys.stderr)
         return 2
-    app = create_app(engine, api_key=args.api_key)
+    app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes)
     print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
           f"prefetch {'off' if args.no_prefetch else 'on'})", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from backends.kvcache import DEFAULT_HINT_TTL_S
+
 __all__ = ["EngineConfig", "POLICIES", "DTYPES"]
 
 POLICIES = ("lru", "kvflow")
@@ -34,6 +36,8 @@ class EngineConfig:
     prefetch_lookahead: int = 1
     max_inflight_loads: int = 4
     write_through: bool = False
+    hint_ttl_s: float = DEFAULT_HINT_TTL_S
+    """Seconds after its last update a workflow that never sent ``done`` is forgotten."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -42,6 +46,8 @@ class EngineConfig:
             raise ValueError(f"device_tokens must be > 0, got {self.device_tokens}")
         if self.host_tokens < 0:
             raise ValueError(f"host_tokens must be >= 0, got {self.host_tokens}")
+        if self.hint_ttl_s <= 0:
+            raise ValueError(f"hint_ttl_s must be > 0, got {self.hint_ttl_s}")
         if self.max_batch <= 0 or self.chunk_tokens <= 0:
             raise ValueError("max_batch and chunk_tokens must be > 0")
         if self.dtype != "auto" and self.dtype not in DTYPES:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 from backends.base import EngineError, GenerateRequest, GenerateResult, RequestTooLarge, StreamEvent
 from backends.local.config import EngineConfig
@@ -26,6 +26,7 @@ __all__ = ["Engine"]
 
 log = logging.getLogger("kvflow.engine")
 _IDLE_WAIT_S = 0.5
+T = TypeVar("T")
 
 
 def _version() -> str:
@@ -41,7 +42,9 @@ class Engine:
     """``Engine(EngineConfig(...))`` loads the model at construction; ``start()`` (or the first
     request) starts the loop thread; ``shutdown()`` fails what is still queued and stops it."""
 
-    def __init__(self, config: EngineConfig | None = None) -> None:
+    def __init__(self, config: EngineConfig | None = None, *, load_copy: Callable[[Any], None] | None = None) -> None:
+        """``load_copy(task)``, when given, performs the prefetch worker's host->device copies instead
+        of the built-in one: a seam for injecting copy faults (tests, fault drills)."""
         self.config = config or EngineConfig()
         loaded = load_model(self.config.model, dtype=self.config.torch_dtype(), device=self.config.torch_device(),
                             seed=self.config.seed)
@@ -49,7 +52,7 @@ class Engine:
         self.tokenizer: ChatTokenizer = loaded.tokenizer
         self.model_config = loaded.model.cfg
         self._wake = threading.Event()
-        self.scheduler = Scheduler(self.config, loaded, self._wake.set)
+        self.scheduler = Scheduler(self.config, loaded, self._wake.set, load_copy)
         self._thread: threading.Thread | None = None
         self._stop = False
         self._lock = threading.Lock()
@@ -171,6 +174,29 @@ class Engine:
         self._wake.set()
 
     # ---- introspection ----------------------------------------------------------------
+    async def inspect_cache(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(cache)`` on the engine thread between scheduler steps (the brain is single-threaded)
+        and return its result; ``fn`` must be quick and must not break the brain's invariants."""
+        self._ensure_started()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def settle(outcome: Callable[[], None]) -> None:
+            if not future.done():
+                outcome()
+
+        def job() -> None:
+            try:
+                result = fn(self.scheduler.cache)
+            except BaseException as exc:
+                loop.call_soon_threadsafe(settle, lambda: future.set_exception(exc))
+            else:
+                loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
+
+        self.scheduler.call(job)
+        self._wake.set()
+        return await future
+
     def stats(self) -> dict[str, Any]:
         return {**self.scheduler.snapshot, "requests_in_flight": self.scheduler.in_flight}
 

@@ -37,7 +37,9 @@ log = logging.getLogger("kvflow.engine")
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, loaded: LoadedModel, wake: Callable[[], None]) -> None:
+    def __init__(self, config: EngineConfig, loaded: LoadedModel, wake: Callable[[], None],
+                 load_copy: Callable[[Any], None] | None = None) -> None:
+        """``load_copy(task)`` replaces the prefetch worker's host->device copy (fault injection)."""
         device, dtype, cfg = config.torch_device(), config.torch_dtype(), loaded.model.cfg
         self.config = config
         self.device_pool = KVPool(cfg, config.device_tokens, device=device, dtype=dtype)
@@ -46,9 +48,10 @@ class Scheduler:
             device_tokens=config.device_tokens, host_tokens=config.host_tokens, policy=config.policy,
             prefetch=config.prefetch, prefetch_lookahead=config.prefetch_lookahead,
             max_inflight_loads=config.max_inflight_loads, write_through=config.write_through,
+            hint_ttl_s=config.hint_ttl_s,
         ))
         self.runner = ModelRunner(loaded.model, self.device_pool, config.chunk_tokens)
-        self.worker = PrefetchWorker(self._copy_load, device, wake) if config.prefetch and config.host_tokens else None
+        self.worker = PrefetchWorker(load_copy or self._copy_load, device, wake) if config.prefetch and config.host_tokens else None
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -77,6 +80,10 @@ class Scheduler:
 
     def apply_steps(self, update: StepsUpdate) -> None:
         self._inbox.put(("steps", update))
+
+    def call(self, job: Callable[[], None]) -> None:
+        """Run ``job()`` on the loop thread between steps (it may read or touch the brain)."""
+        self._inbox.put(("call", job))
 
     # ---- the loop body -----------------------------------------------------------------
     def step(self) -> bool:
@@ -127,6 +134,8 @@ class Scheduler:
                 elif kind == "steps":
                     self.cache.apply_steps(payload)
                     hinted = True
+                elif kind == "call":
+                    payload()
             except Exception as exc:  # a bad command must not stop the loop
                 log.warning("ignored %s command: %s", kind, exc)
                 if kind == "submit":
