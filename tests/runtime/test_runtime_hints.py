@@ -1,89 +1,17 @@
 """run()/arun()/run_many() against a real recording HTTP server: every call carries the agent and
 the exact steps map the ASG semantics give at that moment (sequence, conditional loop, fan-out with
 an AND-join, two concurrent workflows), out-of-band updates end with done, and the plain-server
-fallback runs the same workflows without hints.
-
-Expected steps are derived by hand from issue 2's equations for each small graph."""
+fallback runs the same workflows without hints."""
 
 from __future__ import annotations
 
 import asyncio
-import operator
-from typing import Annotated, TypedDict
 
 import pytest
+from graphs import FAN_HINTS, INF, LOOP_HINTS, by_workflow, fan_out_join, review_loop
 
-from kvflow_orch import END, START, Workflow
+from kvflow_orch import START, Workflow
 from kvflow_orch.runtime import arun, run, run_many
-
-INF = None  # wire form of "not expected again"
-
-
-def review_loop(rounds: int = 2) -> Workflow:
-    """pm -> eng -> qa -> count (plain) -> {eng | END}; count decides after `rounds` reviews."""
-    wf = Workflow("loop")
-    wf.add_agent("pm", system="You are a PM.", prompt="Idea: {idea}", output="prd")
-    wf.add_agent("eng", system="You are an engineer.", prompt="PRD: {prd}", output="code")
-    wf.add_agent("qa", system="You are QA.", prompt="Code: {code}", output="review")
-    wf.add_node("count", lambda s: {"rounds": s.get("rounds", 0) + 1})
-    wf.add_edge(START, "pm")
-    wf.add_edge("pm", "eng")
-    wf.add_edge("eng", "qa")
-    wf.add_edge("qa", "count")
-    wf.add_conditional_edges("count", lambda s: "fix" if s["rounds"] < rounds else "ship", {"fix": "eng", "ship": END})
-    return wf
-
-
-# While pm runs: eng 1, qa 2. While eng runs: qa 1, and eng itself 0; pm can never run again.
-# While qa runs: count 1, so eng (via the router) 2.
-LOOP_HINTS = [
-    ("pm", {"pm": 0, "eng": 1, "qa": 2}),
-    ("eng", {"pm": INF, "eng": 0, "qa": 1}),
-    ("qa", {"pm": INF, "eng": 2, "qa": 0}),
-    ("eng", {"pm": INF, "eng": 0, "qa": 1}),
-    ("qa", {"pm": INF, "eng": 2, "qa": 0}),
-]
-
-
-class FanState(TypedDict, total=False):
-    topic: str
-    parts: Annotated[list, operator.add]
-    summary: str
-
-
-def fan_out_join() -> Workflow:
-    """plan -> {w1, w2} concurrently -> AND-join -> merge."""
-    wf = Workflow("fan", state=FanState)
-    wf.add_agent("plan", system="Plan.", prompt="{topic}", output="plan")
-    for w in ("w1", "w2"):
-        wf.add_agent(w, system=f"Worker {w}.", prompt=lambda s, w=w: f"{w} works on {s['plan']}")
-        wf.add_edge("plan", w)
-    wf.add_node("collect_1", lambda s: {"parts": ["a"]})
-    wf.add_node("collect_2", lambda s: {"parts": ["b"]})
-    wf.add_edge("w1", "collect_1")
-    wf.add_edge("w2", "collect_2")
-    wf.add_edge(["collect_1", "collect_2"], "merge")
-    wf.add_agent("merge", system="Merge.", prompt=lambda s: " + ".join(sorted(s["parts"])), output="summary")
-    wf.add_edge(START, "plan")
-    return wf
-
-
-FAN_HINTS = {
-    # plan running: workers 1 away, merge 1 + max(collect_1, collect_2) = 1 + 2
-    "plan": {"plan": 0, "w1": 1, "w2": 1, "merge": 3},
-    # both workers running (they start together): merge waits for collect_* (1 each) -> 2
-    "w1": {"plan": INF, "w1": 0, "w2": 0, "merge": 2},
-    "w2": {"plan": INF, "w1": 0, "w2": 0, "merge": 2},
-    "merge": {"plan": INF, "w1": INF, "w2": INF, "merge": 0},
-}
-
-
-def _by_workflow(server) -> dict[str, list[tuple[str, dict]]]:
-    out: dict[str, list[tuple[str, dict]]] = {}
-    for hint in server.hints():
-        out.setdefault(hint["workflow_id"], []).append((hint["agent"], hint["steps"]))
-    return out
-
 
 def test_conditional_loop_hints_and_state(server):
     result = run(review_loop(), {"idea": "todo app"}, backend=server.url, workflow_id="wf-loop", namespace="app")
@@ -123,7 +51,7 @@ def test_two_concurrent_workflows_are_attributed_separately(server):
     results = run_many(review_loop(), [{"idea": "one"}, {"idea": "two"}], backend=server.url, namespace="svc")
     ids = [r.workflow_id for r in results]
     assert len(set(ids)) == 2
-    per_wf = _by_workflow(server)
+    per_wf = by_workflow(server.hints())
     assert set(per_wf) == set(ids)
     for wid in ids:
         assert per_wf[wid] == LOOP_HINTS
@@ -142,7 +70,7 @@ async def test_gathered_aruns_with_one_shared_client(server):
     results = await asyncio.gather(*(arun(review_loop(1), {"idea": i}, backend=client) for i in "abc"))
     await client.aclose()
     assert len({r.workflow_id for r in results}) == 3
-    assert all(seq == LOOP_HINTS[:3] for seq in _by_workflow(server).values())
+    assert all(seq == LOOP_HINTS[:3] for seq in by_workflow(server.hints()).values())
 
 
 def test_fallback_plain_server_runs_without_hints(plain_server):
