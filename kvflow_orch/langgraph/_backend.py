@@ -11,6 +11,7 @@ on a private event loop thread: the graph never waits for them.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
 import warnings
 from typing import Any
@@ -106,6 +107,9 @@ class Backend:
 
                 self._thread = threading.Thread(target=run, name="kvflow-langgraph-steps", daemon=True)
                 self._thread.start()
+                # The last update of a run (done=true) is queued as the app returns: deliver it
+                # even when the program exits right after.
+                atexit.register(self.close)
                 ready.wait()
                 self._loop = loop
             return self._loop
@@ -127,6 +131,7 @@ class Backend:
             loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
         if loop is None:
             return
+        atexit.unregister(self.close)
 
         async def shutdown() -> None:
             await self._outbox.close(5.0)  # type: ignore[union-attr]

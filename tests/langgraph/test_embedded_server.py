@@ -50,3 +50,23 @@ def test_embedded_server_receives_exact_steps(served, strict_tracking, mode):
     updates = [u for u in served.steps if u.workflow_id == wid]
     assert updates and updates[-1].done and not any(u.done for u in updates[:-1])
     handler_of(app).backend.close()
+
+
+def test_example_app_runs_with_hints(served, monkeypatch, capsys):
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "langgraph_app.py")
+    spec = importlib.util.spec_from_file_location("langgraph_app_example", path)
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, example)  # LangGraph resolves the state's type hints there
+    spec.loader.exec_module(example)
+    argv = ["langgraph_app.py", "--url", served.url, "--model", "tiny-random", "--max-tokens", "3"]
+    monkeypatch.setattr(sys, "argv", argv)
+    example.main()
+    assert "draft after 2 review(s)" in capsys.readouterr().out
+    hints = [r.hint for _, r in served.requests if r.hint and r.hint.namespace == "article-writer"]
+    agents = [h.agent for h in hints]
+    assert agents[0] == "planner" and sorted(agents[1:3]) == ["outliner", "researcher"]
+    assert agents[3:] == ["writer", "reviewer", "writer", "reviewer"]
+    assert hints[0].steps == {"planner": 0, "researcher": 1, "outliner": 1, "writer": 2, "reviewer": 3}
+    assert hints[-1].steps == {"planner": None, "researcher": None, "outliner": None, "writer": 1, "reviewer": 0}
