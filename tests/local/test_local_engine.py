@@ -64,14 +64,25 @@ def engine():
     eng.close()
 
 
-async def test_scratch_device_hit_host_reload_and_prefetch_give_identical_greedy_tokens():
-    scratch = make_engine()
+MODELS = ["tiny-random", pytest.param("smollm2-135m", marks=pytest.mark.slow)]
+
+
+def tight_pool(engine: Engine, max_tokens: int = 12) -> int:
+    """Room for two agents' requests but not three: running the third pushes more than the dynamic
+    tails out, so the least wanted agent's fixed prefix goes to host (under lru and kvflow alike)."""
+    longest = max(len(chat(engine, agent, "Review the plan.").input_ids) for agent in ROLES)
+    return 2 * (longest + max_tokens) + 8
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_scratch_device_hit_host_reload_and_prefetch_give_identical_greedy_tokens(model):
+    scratch = make_engine(model=model)
     reference = await scratch.generate(chat(scratch, "planner", "Plan a birthday party."))
     assert reference.cached_tokens == 0 and len(reference.output_ids) == 12
+    pool = tight_pool(scratch)
     scratch.close()
 
-    # small device pool: two other agents' prompts push the planner's prefix to host
-    eng = make_engine(device_tokens=700, host_tokens=4096, policy="lru")
+    eng = make_engine(model=model, device_tokens=pool, host_tokens=4096, policy="lru")
     try:
         first = await eng.generate(chat(eng, "planner", "Plan a birthday party."))
         hit = await eng.generate(chat(eng, "planner", "Plan a birthday party."))
@@ -90,11 +101,13 @@ async def test_scratch_device_hit_host_reload_and_prefetch_give_identical_greedy
         eng.close()
 
 
-async def test_prefetched_prefix_gives_identical_greedy_tokens():
-    scratch = make_engine()
+@pytest.mark.parametrize("model", MODELS)
+async def test_prefetched_prefix_gives_identical_greedy_tokens(model):
+    scratch = make_engine(model=model)
     reference = await scratch.generate(chat(scratch, "planner", "Plan a trip."))
+    pool = tight_pool(scratch)
     scratch.close()
-    eng = make_engine(device_tokens=700, host_tokens=4096, policy="kvflow")
+    eng = make_engine(model=model, device_tokens=pool, host_tokens=4096, policy="kvflow")
     try:
         await eng.generate(chat(eng, "planner", "Plan a trip.", steps={"planner": 0}))
         for agent in ("coder", "critic"):  # the planner is not expected again: its prefix goes to host

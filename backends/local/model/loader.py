@@ -18,7 +18,7 @@ from backends.local.model.hf import is_hf_dir, read_hf_dir, write_hf_dir
 from backends.local.model.llama import LlamaModel, ModelConfig
 from backends.local.tokenizer import ChatTokenizer, byte_level_tokenizer
 
-__all__ = ["LoadedModel", "load_model", "cache_dir", "smollm2_hf_dir", "BUILTIN_MODELS", "TINY_RANDOM_CONFIG"]
+__all__ = ["LoadedModel", "load_model", "read_source", "cache_dir", "smollm2_hf_dir", "BUILTIN_MODELS", "TINY_RANDOM_CONFIG"]
 
 BUILTIN_MODELS = ("smollm2-135m", "tiny-random")
 
@@ -75,16 +75,20 @@ def _tiny_random(seed: int) -> tuple[ModelConfig, dict[str, torch.Tensor], ChatT
     return cfg, state, ChatTokenizer(tok, None, frozenset({tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")}))
 
 
+def read_source(source: str, seed: int = 0) -> tuple[ModelConfig, dict[str, torch.Tensor], ChatTokenizer]:
+    """Config, weights (our parameter names) and tokenizer of a built-in name or a HF directory."""
+    if source == "tiny-random":
+        return _tiny_random(seed)
+    if source == "smollm2-135m":
+        return read_hf_dir(smollm2_hf_dir())
+    if is_hf_dir(source):
+        return read_hf_dir(source)
+    raise ValueError(f"unknown model {source!r}: use one of {', '.join(BUILTIN_MODELS)} or a Hugging Face directory")
+
+
 def load_model(source: str, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", seed: int = 0) -> LoadedModel:
     """Build the model named by ``source`` (a built-in name or a HF directory) on ``device`` in ``dtype``."""
-    if source == "tiny-random":
-        cfg, state, tok = _tiny_random(seed)
-    elif source == "smollm2-135m":
-        cfg, state, tok = read_hf_dir(smollm2_hf_dir())
-    elif is_hf_dir(source):
-        cfg, state, tok = read_hf_dir(source)
-    else:
-        raise ValueError(f"unknown model {source!r}: use one of {', '.join(BUILTIN_MODELS)} or a Hugging Face directory")
+    cfg, state, tok = read_source(source, seed)
     with torch.device("meta"):
         model = LlamaModel(cfg)
     if cfg.tie_embeddings:
