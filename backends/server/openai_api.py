@@ -22,6 +22,7 @@ __all__ = [
     "ChatCompletionRequest",
     "CompletionRequest",
     "StreamOptions",
+    "SamplingFields",
     "completion_id",
     "usage",
     "chat_completion",
@@ -60,7 +61,7 @@ class StreamOptions(_Lenient):
     include_usage: bool = False
 
 
-class _SamplingFields(_Lenient):
+class SamplingFields(_Lenient):
     """Fields shared by chat and text completions."""
 
     model: str | None = None
@@ -90,8 +91,11 @@ class _SamplingFields(_Lenient):
     def wants_usage_chunk(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
 
-class ChatCompletionRequest(_SamplingFields):
+
+class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
 
@@ -99,7 +103,7 @@ class ChatCompletionRequest(_SamplingFields):
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
-class CompletionRequest(_SamplingFields):
+class CompletionRequest(SamplingFields):
     prompt: str | list[int] | list[str] = Field(min_length=1)
     echo: bool = False
 
@@ -120,9 +124,6 @@ class CompletionRequest(_SamplingFields):
         if echo:
             raise ValueError("echo is not supported")
         return echo
-
-    def requested_max_tokens(self) -> int | None:
-        return self.max_tokens
 
 
 # ----------------------------------------------------------------------------- responses

@@ -25,7 +25,7 @@ CHAT_DEFAULT_MAX_TOKENS = 256
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
-def _hint(body: api._SamplingFields) -> KVFlowHint | None:
+def _hint(body: api.SamplingFields) -> KVFlowHint | None:
     try:
         return extract_hint({"custom_params": body.custom_params})
     except HintError as exc:
@@ -49,7 +49,7 @@ def _encode(encode: Callable[[], EncodedPrompt]) -> EncodedPrompt:
     return encoded
 
 
-def _request(ctx: ServerContext, body: api._SamplingFields, encoded: EncodedPrompt, hint: KVFlowHint | None,
+def _request(ctx: ServerContext, body: api.SamplingFields, encoded: EncodedPrompt, hint: KVFlowHint | None,
              default_max_tokens: int, field: str) -> GenerateRequest:
     sampling = ctx.sampling(
         max_tokens=body.requested_max_tokens(), default_max_tokens=default_max_tokens, field=field,
