@@ -215,7 +215,7 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
         self._post(live, done=True)
 
     # ----------------------------------------------------------------- hints and updates
-    def hint_for(self, run_id: UUID | None, request_url: str | None) -> KVFlowHint | None:
+    def hint_for(self, run_id: UUID | None) -> KVFlowHint | None:
         """The hint for an LLM request made under ``run_id``; None outside a node of this graph."""
         with self._lock:
             run = self._runs.get(run_id) if run_id is not None else None

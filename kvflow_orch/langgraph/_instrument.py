@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..errors import WorkflowError
 from ._backend import Backend
 from ._callbacks import KVFlowCallbackHandler
 from ._compile import compile_langgraph, graph_routes
@@ -26,6 +27,11 @@ def instrument(
     that receives out-of-band steps updates (default: the first kvflow server an LLM request
     reaches); ``agents`` maps node -> agent identity (``None``: the node calls no LLM).
     """
+    if not hasattr(compiled_graph, "with_config"):
+        raise WorkflowError(
+            f"instrument() needs a compiled LangGraph graph, got {type(compiled_graph).__name__}: "
+            f"call graph.compile() first"
+        )
     asg = compile_langgraph(compiled_graph, agents)
     config = getattr(compiled_graph, "config", None) or {}
     handler = KVFlowCallbackHandler(

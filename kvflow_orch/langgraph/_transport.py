@@ -52,7 +52,7 @@ def _candidate(request: httpx.Request) -> tuple[KVFlowCallbackHandler, Any] | No
 
 
 def _with_hint(request: httpx.Request, handler: KVFlowCallbackHandler, run_id: Any) -> httpx.Request:
-    hint = handler.hint_for(run_id, str(request.url))
+    hint = handler.hint_for(run_id)
     if hint is None:
         return request
     try:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import warnings
 
+import pytest
+
 from langchain_core.messages import HumanMessage
 from lg_apps import EXPECTED, calls_by_workflow, chat_model, in_call_order, software_company
 
@@ -94,3 +96,23 @@ def test_calls_outside_instrumented_nodes_are_untouched(server):
     llm = chat_model(server.url)
     llm.invoke([HumanMessage("hello")])
     assert server.hints() == [None]
+
+
+def test_bad_arguments_are_clear_errors(server):
+    from kvflow_orch import WorkflowError
+
+    graph = software_company(server.url)
+    with pytest.raises(WorkflowError, match="graph.compile\\(\\)"):
+        instrument(graph.builder)
+    with pytest.raises(ValueError, match="backend_url"):
+        instrument(graph, backend_url="127.0.0.1:8000")
+    with pytest.raises(WorkflowError, match="ghost"):
+        instrument(graph, agents={"ghost": "x"})
+    from langgraph.func import entrypoint
+
+    @entrypoint()
+    def functional(x: int) -> int:
+        return x
+
+    with pytest.raises(WorkflowError, match="functional API"):
+        instrument(functional)

@@ -195,3 +195,33 @@ def test_error_handler_completes_the_failed_node(server, strict_tracking):
     assert updates_of(server, "eh")[-1]["done"] is True
     assert handler_of(app).open_runs == 0
     handler_of(app).backend.close()
+
+
+def test_calls_inside_a_subgraph_belong_to_the_outer_agent(server, strict_tracking):
+    llm = llm_for(server.url)
+
+    def inner_step(state: State) -> dict:
+        ask(llm, "inner")
+        return {}
+
+    sub = StateGraph(State)
+    sub.add_node("inner_step", inner_step)
+    sub.add_edge(START, "inner_step")
+
+    def final(state: State) -> dict:
+        ask(llm, "final")
+        return {}
+
+    g = StateGraph(State)
+    g.add_node("research", sub.compile())
+    g.add_node("final", final)
+    g.add_edge(START, "research")
+    g.add_edge("research", "final")
+    app = instrument(g.compile(), agents={"research": "researcher"}, backend_url=server.url)
+    app.invoke({"topic": "t"}, {"metadata": {"kvflow_workflow_id": "sub"}})
+    assert hints_of(server, "sub") == [
+        ("researcher", {"researcher": 0, "final": 1}),
+        ("final", {"researcher": INF, "final": 0}),
+    ]
+    assert handler_of(app).open_runs == 0
+    handler_of(app).backend.close()
