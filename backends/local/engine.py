@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, TypeVar, Callable, TypeVar
 
 from backends.base import EngineError, GenerateRequest, GenerateResult, RequestTooLarge, StreamEvent
 from backends.local.config import EngineConfig
@@ -26,6 +26,7 @@ __all__ = ["Engine"]
 
 log = logging.getLogger("kvflow.engine")
 _IDLE_WAIT_S = 0.5
+T = TypeVar("T")
 T = TypeVar("T")
 
 
@@ -174,6 +175,21 @@ class Engine:
         self._wake.set()
 
     # ---- introspection ----------------------------------------------------------------
+    async def inspect_cache(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(cache)`` (read-only, quick) on the loop thread between two steps: the brain is
+        single-threaded, so this is the safe way to look at it from outside."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if not future.done():
+                future.set_result(value) if ok else future.set_exception(value)
+
+        self._ensure_started()
+        self.scheduler.inspect(fn, lambda ok, value: loop.call_soon_threadsafe(settle, ok, value))
+        self._wake.set()
+        return await future
+
     async def inspect_cache(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(cache)`` on the engine thread between scheduler steps (the brain is single-threaded)
         and return its result; ``fn`` must be quick and must not break the brain's invariants."""

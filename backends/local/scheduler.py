@@ -81,6 +81,10 @@ class Scheduler:
     def apply_steps(self, update: StepsUpdate) -> None:
         self._inbox.put(("steps", update))
 
+    def inspect(self, fn: Callable[[KVCache], Any], deliver: Callable[[bool, Any], None]) -> None:
+        """Run ``fn(cache)`` on the loop thread between steps; ``deliver(ok, value_or_error)``."""
+        self._inbox.put(("inspect", (fn, deliver)))
+
     def call(self, job: Callable[[], None]) -> None:
         """Run ``job()`` on the loop thread between steps (it may read or touch the brain)."""
         self._inbox.put(("call", job))
@@ -134,6 +138,8 @@ class Scheduler:
                 elif kind == "steps":
                     self.cache.apply_steps(payload)
                     hinted = True
+                elif kind == "inspect":
+                    self._inspect(*payload)
                 elif kind == "call":
                     payload()
             except Exception as exc:  # a bad command must not stop the loop
@@ -149,6 +155,14 @@ class Scheduler:
             self.cache.apply_hint(hint)
         self.waiting.append(state)
         return hint is not None
+
+    def _inspect(self, fn: Callable[[KVCache], Any], deliver: Callable[[bool, Any], None]) -> None:
+        try:
+            value = fn(self.cache)
+        except Exception as exc:
+            deliver(False, exc)
+        else:
+            deliver(True, value)
 
     def _cancel(self, request_id: str) -> None:
         for state in list(self.waiting) + self.running:

@@ -251,3 +251,14 @@ def test_info_and_stats_report_tiers_and_counters(engine):
         assert key in stats
     with pytest.raises(ValueError, match="policy must be one of"):
         EngineConfig(policy="fifo")
+
+
+async def test_inspect_cache_runs_on_the_loop_thread(engine):
+    import threading
+
+    await engine.generate(chat(engine, "planner", "Anything."))
+    seen = await engine.inspect_cache(lambda cache: (threading.current_thread().name, cache.check_integrity()))
+    assert seen == ("kvflow-engine", True)
+    with pytest.raises(ZeroDivisionError):
+        await engine.inspect_cache(lambda cache: 1 / 0)
+    assert (await engine.generate(chat(engine, "planner", "Again."))).finish_reason == "length"
