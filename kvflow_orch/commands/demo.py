@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default), tiny-random or a HF directory")
     parser.add_argument("--idea", default=DEMO_IDEA, help="what the software company should build")
     parser.add_argument("--fix-rounds", type=int, default=2, help="Engineer <-> QA fix rounds (default 2)")
-    parser.add_argument("--max-tokens", type=int, default=48, help="reply cap per call (default 48)")
+    parser.add_argument("--max-tokens", type=int, default=32, help="reply cap per call (default 32)")
     parser.add_argument("--device-tokens", type=int, default=3072, help="device KV pool in tokens (default 3072)")
     parser.add_argument("--host-tokens", type=int, default=16384, help="host KV pool in tokens (default 16384)")
     parser.add_argument("--policy", choices=("kvflow", "lru"), default="kvflow")
