@@ -98,3 +98,12 @@ async def test_streaming_text_equals_non_streaming_text(backend: Backend) -> Non
     assert streamed.text == plain.text
     assert streamed.completion_tokens == plain.completion_tokens
     assert streamed.prompt_tokens == plain.prompt_tokens
+
+
+async def test_concurrent_requests_get_the_answers_they_get_alone(backend: Backend) -> None:
+    system = _agent_prompt()
+    users = [f"Question number {i}: what next?" for i in range(6)]
+    alone = [await backend.chat(_chat(system, u), max_tokens=10, hint=_hint()) for u in users]
+    together = await asyncio.gather(*(backend.chat(_chat(system, u), max_tokens=10, hint=_hint()) for u in users))
+    assert [r.text for r in together] == [r.text for r in alone]
+    assert [r.prompt_tokens for r in together] == [r.prompt_tokens for r in alone]
