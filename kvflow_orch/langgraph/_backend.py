@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import threading
 import warnings
 from typing import Any
@@ -53,6 +54,8 @@ class Backend:
         self._thread: threading.Thread | None = None
         self._outbox: Outbox | None = None
         self._http: httpx.AsyncClient | None = None
+        self._in_line: asyncio.Lock | None = None
+        self._enqueuing: set[concurrent.futures.Future] = set()
 
     # ------------------------------------------------------------------ probing
     def probed(self, request_url: str | None = None) -> bool | None:
@@ -86,11 +89,24 @@ class Backend:
 
     # ------------------------------------------------------------------ updates
     def send(self, update: StepsUpdate) -> None:
-        """Queue ``update`` (coalesced per workflow); never blocks, never raises."""
-        if not self.supports_hints():
+        """Queue ``update`` (coalesced per workflow); never blocks, never raises.
+
+        Updates go out in the order they were sent: a first probe of the server runs on the
+        delivery thread, and updates wait for it in line.
+        """
+        if self.url is None or self.probed() is False:
             return
         loop = self._ensure_loop()
-        loop.call_soon_threadsafe(self._outbox.put, update)  # type: ignore[union-attr]
+        future = asyncio.run_coroutine_threadsafe(self._enqueue(update), loop)
+        with self._lock:
+            self._enqueuing = {f for f in self._enqueuing if not f.done()} | {future}
+
+    async def _enqueue(self, update: StepsUpdate) -> None:
+        async with self._in_line:  # FIFO: keeps updates in order while the probe runs
+            if self.probed() is None:
+                await asyncio.to_thread(self.supports_hints)
+            if self.probed():
+                self._outbox.put(update)  # type: ignore[union-attr]
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -102,6 +118,7 @@ class Backend:
                     asyncio.set_event_loop(loop)
                     self._http = httpx.AsyncClient(base_url=self.url or "", timeout=_PROBE_TIMEOUT_S)
                     self._outbox = Outbox(self._post, self.url or "")
+                    self._in_line = asyncio.Lock()
                     ready.set()
                     loop.run_forever()
 
@@ -119,9 +136,15 @@ class Backend:
         response = await self._http.post(STEPS_ROUTE, json=update.model_dump(mode="json"))
         response.raise_for_status()
 
+    def _wait_enqueued(self, timeout: float) -> None:
+        with self._lock:
+            enqueuing = list(self._enqueuing)
+        concurrent.futures.wait(enqueuing, timeout)
+
     def flush(self, timeout: float = 5.0) -> None:
         """Wait (at most ``timeout`` s) until every queued update has been attempted."""
         loop = self._loop
+        self._wait_enqueued(timeout)
         if loop is not None and self._outbox is not None:
             asyncio.run_coroutine_threadsafe(self._outbox.flush(timeout), loop).result(timeout + 1)
 
@@ -132,6 +155,7 @@ class Backend:
         if loop is None:
             return
         atexit.unregister(self.close)
+        self._wait_enqueued(5.0)
 
         async def shutdown() -> None:
             await self._outbox.close(5.0)  # type: ignore[union-attr]

@@ -45,6 +45,17 @@ def updates_of(server, wid: str) -> list[dict]:
     return [u for u in server.steps_updates() if u["workflow_id"] == wid]
 
 
+def chain(**nodes) -> StateGraph:
+    """START -> each node in the order given."""
+    g = StateGraph(State)
+    previous = START
+    for name, fn in nodes.items():
+        g.add_node(name, fn)
+        g.add_edge(previous, name)
+        previous = name
+    return g
+
+
 def wait_for(condition, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -112,13 +123,7 @@ def test_interrupt_resume_keeps_the_workflow_and_non_llm_nodes_post(server, stri
         ask(llm, "publisher")
         return {}
 
-    g = StateGraph(State)
-    g.add_node("draft", draft)
-    g.add_node("review", review)
-    g.add_node("publish", publish)
-    g.add_edge(START, "draft")
-    g.add_edge("draft", "review")
-    g.add_edge("review", "publish")
+    g = chain(draft=draft, review=review, publish=publish)
     app = instrument(g.compile(checkpointer=InMemorySaver()), agents={"review": None}, backend_url=server.url)
     config = {"configurable": {"thread_id": "t-7"}}
     first = app.invoke({"topic": "t"}, config)
@@ -204,19 +209,13 @@ def test_calls_inside_a_subgraph_belong_to_the_outer_agent(server, strict_tracki
         ask(llm, "inner")
         return {}
 
-    sub = StateGraph(State)
-    sub.add_node("inner_step", inner_step)
-    sub.add_edge(START, "inner_step")
+    sub = chain(inner_step=inner_step)
 
     def final(state: State) -> dict:
         ask(llm, "final")
         return {}
 
-    g = StateGraph(State)
-    g.add_node("research", sub.compile())
-    g.add_node("final", final)
-    g.add_edge(START, "research")
-    g.add_edge("research", "final")
+    g = chain(research=sub.compile(), final=final)
     app = instrument(g.compile(), agents={"research": "researcher"}, backend_url=server.url)
     app.invoke({"topic": "t"}, {"metadata": {"kvflow_workflow_id": "sub"}})
     assert hints_of(server, "sub") == [
@@ -224,4 +223,26 @@ def test_calls_inside_a_subgraph_belong_to_the_outer_agent(server, strict_tracki
         ("final", {"researcher": INF, "final": 0}),
     ]
     assert handler_of(app).open_runs == 0
+    handler_of(app).backend.close()
+
+
+def test_first_update_probes_the_server_off_the_graph_thread(server, strict_tracking):
+    llm = llm_for(server.url)
+
+    def prepare(state: State) -> dict:  # non-LLM and first: nothing has probed the server yet
+        wait_for(lambda: updates_of(server, "probe"))
+        return {}
+
+    def write(state: State) -> dict:
+        ask(llm, "writer")
+        return {}
+
+    g = chain(prepare=prepare, write=write)
+    app = instrument(g.compile(), agents={"prepare": None}, backend_url=server.url)
+    app.invoke({"topic": "t"}, {"metadata": {"kvflow_workflow_id": "probe"}})
+    handler_of(app).backend.flush()
+    assert [r.path for r in server.requests].count("/kvflow/v1/info") == 1
+    assert updates_of(server, "probe")[0]["steps"] == {"write": 1}
+    assert hints_of(server, "probe") == [("write", {"write": 0})]
+    assert updates_of(server, "probe")[-1]["done"] is True
     handler_of(app).backend.close()
