@@ -50,8 +50,10 @@ def test_concurrent_runs_are_attributed_to_their_own_workflow(server, strict_tra
     handler_of(app).backend.close()
 
 
-async def test_async_graph_concurrent_ainvoke(server, strict_tracking):
-    app = instrument(software_company(server.url, use_async=True), namespace="shop", backend_url=server.url)
+@pytest.mark.parametrize("async_nodes", [True, False], ids=["async-nodes", "sync-nodes"])
+async def test_async_graph_concurrent_ainvoke(server, strict_tracking, async_nodes):
+    graph = software_company(server.url, use_async=async_nodes)
+    app = instrument(graph, namespace="shop", backend_url=server.url)
     await asyncio.gather(
         app.ainvoke({"run": "x"}, {"metadata": {"kvflow_workflow_id": "wf-x"}}),
         app.ainvoke({"run": "y"}, {"metadata": {"kvflow_workflow_id": "wf-y"}}),
