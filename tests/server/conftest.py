@@ -1,5 +1,5 @@
-"""A real embedded server (tiny-random engine, uvicorn on 127.0.0.1, a free port) shared by a test
-module, and the leak check every bad-input test ends with."""
+"""A real embedded server (tiny-random engine, uvicorn on 127.0.0.1, a free port) shared by the
+tests of a module, and an HTTP client for it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # test folders are not packages
-from server_helpers import DEVICE_TOKENS, Served, start_server  # noqa: E402
+from server_helpers import Served, start_server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -25,5 +25,3 @@ def client(served: Served) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=served.url, timeout=60) as c:
         yield c
 
-
-__all__ = ["DEVICE_TOKENS", "served", "client"]
