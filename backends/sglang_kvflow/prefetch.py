@@ -24,9 +24,8 @@ import logging
 from array import array
 from typing import Any
 
-from backends.kvcache.policy import kvflow_key
-
 from .state import Inflight, KVFlowState, get_state
+from .strategy import eviction_key
 from .tags import LOADING_ATTR, node_tags, uses_python_core
 
 __all__ = ["after_hicache_events", "prefetch_step", "retire_finished", "is_ready", "load_quota"]
@@ -62,10 +61,10 @@ def is_ready(cache: Any, node_id: Any, state: KVFlowState | None = None) -> bool
     return True
 
 
-def load_quota(cache: Any, state: KVFlowState, steps: float, ref: Any) -> int:
-    """Device tokens a prefetch for an agent at ``steps`` may take: free tokens plus unlocked,
+def load_quota(cache: Any, state: KVFlowState, ref: Any) -> int:
+    """Device tokens a prefetch for agent ``ref`` may take: free tokens plus unlocked,
     device-resident tokens that rank below the agent's own prefix in eviction order."""
-    bar = kvflow_key({ref}, lambda _: steps, float("inf"))[:2]
+    bar = eviction_key({ref}, state.hints, float("inf"))[:2]
     quota = int(cache.token_to_kv_pool_allocator.available_size())
     stack = list(cache.tree_core.root_node.children.values())
     while stack:
@@ -74,7 +73,7 @@ def load_quota(cache: Any, state: KVFlowState, steps: float, ref: Any) -> int:
         full = _full(node)
         if full.value is None or full.lock_ref > 0:
             continue
-        if kvflow_key(node_tags(node), state.steps_of, node.last_access_time)[:2] < bar:
+        if eviction_key(node_tags(node), state.hints, node.last_access_time)[:2] < bar:
             quota += len(node.key)
     return quota
 
@@ -120,7 +119,7 @@ def prefetch_step(cache: Any, state: KVFlowState | None = None) -> int:
         if anchor in cache.ongoing_load_back:
             continue  # a demand load of the same prefix is already on its way
         to_load = _host_only_path(core, anchor)
-        if not cache.load_back(anchor, mem_quota=load_quota(cache, state, steps, ref)):
+        if not cache.load_back(anchor, mem_quota=load_quota(cache, state, ref)):
             state.counters["prefetch_rejected"] += 1
             continue
         for node in to_load:

@@ -95,9 +95,6 @@ class KVFlowState:
         self.inflight: dict[int, Inflight] = {}
         self.counters: Counter[str] = Counter({name: 0 for name in COUNTERS})
 
-    def steps_of(self, ref: AgentRef) -> float:
-        return self.hints.steps(ref)
-
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready view for /kvflow/v1/stats (no prompts, no workflow ids)."""
         return {

@@ -76,6 +76,7 @@ class CacheRig:
             page_size=1, tree_components=(ComponentType.FULL,), eviction_policy=policy,
             eviction_policy_config=policy_config, tree_core_backend="python",
         )
+        self.params = params
         self.cache = UnifiedRadixCache(params=params)
         if hicache:
             self.cache.init_hicache(self.server_args, params)
@@ -99,6 +100,7 @@ class CacheRig:
         self.req_pool.alloc([req])
         slots = self.allocator.alloc(len(tokens))
         assert slots is not None, "test pool too small"
+        self.write_kv(slots)
         self.req_pool.write((req.kv.req_pool_idx, slice(0, len(tokens))), slots)
         req.full_untruncated_fill_ids = array("q", tokens)
         req.output_ids = array("q")
@@ -114,6 +116,18 @@ class CacheRig:
         if self.cache.cache_controller is not None:
             self.cache.writing_check(write_back=True)  # CPU copies are synchronous: settle backups
         return slots
+
+    def write_kv(self, slots: Any) -> None:
+        """What a forward pass does: write fresh K/V rows for the computed tokens."""
+        import torch
+
+        for layer in range(self.kv.layer_num):
+            for buf in (self.kv.k_buffer[layer], self.kv.v_buffer[layer]):
+                buf[slots] = torch.randn((len(slots), *buf.shape[1:])).to(buf.dtype)
+
+    def kv_rows(self, slots: Any) -> list[Any]:
+        return [buf[slots].clone() for layer in range(self.kv.layer_num)
+                for buf in (self.kv.k_buffer[layer], self.kv.v_buffer[layer])]
 
     def device_tokens(self, tokens: list[int]) -> int:
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams

@@ -162,15 +162,21 @@ def test_tags_survive_splits_and_mark_only_the_fixed_prefix(make_rig, state):
 
 
 def test_strategy_key_is_backends_kvcache_key(make_rig, state):
-    from backends.kvcache.policy import kvflow_key
+    """Node for node, the SGLang strategy's key equals backends.kvcache's KVFlowPolicy key."""
+    from backends.kvcache.policy import KVFlowPolicy
+    from backends.kvcache.radix import Node
     from backends.sglang_kvflow.strategy import KVFlowStrategy
     from backends.sglang_kvflow.tags import TAGS_ATTR
 
     rig = make_rig(size=32, policy="kvflow", hicache=False)
-    assert isinstance(rig.cache.tree_core.eviction_strategy, KVFlowStrategy)
-    state.hints.set_steps("ns", "wf", {"A": 3, "B": 1})
-    node = rig.cache.tree_core.root_node  # any node object with a last access time
-    for tags in (None, {("ns", "A")}, {("ns", "A"), ("ns", "B")}, {("ns", "Z")}):
-        setattr(node, TAGS_ATTR, tags)
-        expected = kvflow_key(tags, state.hints.steps, node.last_access_time)
-        assert rig.cache.tree_core.eviction_strategy.get_priority(node) == expected
+    strategy = rig.cache.tree_core.eviction_strategy
+    assert isinstance(strategy, KVFlowStrategy)
+    state.hints.set_steps("ns", "wf", {"A": 3, "B": 1, "C": None})
+    policy = KVFlowPolicy(state.hints)
+    sglang_node = rig.cache.tree_core.root_node  # any node object with a last access time
+    brain_node = Node(1, (1, 2), None)
+    brain_node.last_access = sglang_node.last_access_time
+    for tags in (None, {("ns", "A")}, {("ns", "A"), ("ns", "B")}, {("ns", "C")}, {("ns", "Z")}):
+        setattr(sglang_node, TAGS_ATTR, tags)
+        brain_node.tags = set(tags) if tags else None
+        assert strategy.get_priority(sglang_node) == policy.key(brain_node)

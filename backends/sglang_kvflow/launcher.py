@@ -1,0 +1,132 @@
+"""``kvflow serve --engine sglang``: start SGLang's own server with the kvflow plugin.
+
+    kvflow serve --engine sglang --model HF_DIR [--policy kvflow|lru] [--device-tokens N]
+                 [--host-tokens M] [--no-prefetch] [--port P] [--host H] [--api-key K] [SGLANG FLAGS...]
+
+``kvflow`` (default): HiCache on, write-through, ``--radix-eviction-policy kvflow``, the plugin
+loaded in every SGLang process through its entry point. ``lru``: stock SGLang (the plugin stays
+off), for side-by-side comparisons; add ``--enable-hierarchical-cache`` for stock HiCache. Every
+flag kvflow does not know goes to SGLang unchanged, after ours, so it wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from . import DISABLE_ENV, POLICY_NAME, TREE_CORE_ENV
+
+__all__ = ["LaunchPlan", "build_command", "plan_from_args", "main"]
+
+BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The SGLang command line and the environment additions it needs."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def build_command(
+    model: str,
+    extra_argv: Sequence[str] = (),
+    *,
+    policy: str = POLICY_NAME,
+    host: str = "127.0.0.1",
+    port: int = 30000,
+    api_key: str | None = None,
+    device_tokens: int | None = None,
+    host_tokens: int | None = None,
+    prefetch: bool = True,
+    python: str = sys.executable,
+) -> LaunchPlan:
+    """Build the ``python -m sglang.launch_server`` command. Raises ValueError on a combination
+    SGLang cannot express."""
+    if policy not in (POLICY_NAME, "lru"):
+        raise ValueError(f"policy must be 'kvflow' or 'lru', got {policy!r}")
+    if model in BUILTIN_NAMES:
+        raise ValueError(f"SGLang serves Hugging Face model directories, not the built-in {model!r}: "
+                         f"write one with 'kvflow export-model {model} DIR' and pass --model DIR")
+    argv = [python, "-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", str(port)]
+    env: dict[str, str] = {}
+    if device_tokens is not None:
+        argv += ["--max-total-tokens", str(device_tokens)]
+    if host_tokens is not None and host_tokens > 0:
+        if device_tokens is None:
+            raise ValueError("--host-tokens needs --device-tokens with --engine sglang: SGLang sizes its "
+                             "host pool as a ratio of the device pool (--hicache-ratio)")
+        argv += ["--hicache-ratio", f"{host_tokens / device_tokens:g}"]
+    if policy == POLICY_NAME:
+        if host_tokens != 0:  # 0 means no host tier: eviction order still applies, nothing to prefetch
+            argv += ["--enable-hierarchical-cache", "--hicache-write-policy", "write_through"]
+        argv += ["--radix-eviction-policy", POLICY_NAME]
+        if not prefetch:
+            argv += ["--radix-eviction-policy-config", json.dumps({"prefetch": False})]
+        env[TREE_CORE_ENV] = "python"
+    else:
+        argv += ["--radix-eviction-policy", "lru"]
+        env[DISABLE_ENV] = "off"
+    if api_key:
+        argv += ["--api-key", api_key]
+    argv += list(extra_argv)
+    return LaunchPlan(argv, env)
+
+
+def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> LaunchPlan:
+    """From ``kvflow serve``'s parsed arguments (attributes it may lack take their defaults)."""
+    return build_command(
+        args.model, extra_argv,
+        policy=getattr(args, "policy", POLICY_NAME),
+        host=getattr(args, "host", "127.0.0.1"),
+        port=getattr(args, "port", 30000),
+        api_key=getattr(args, "api_key", None),
+        device_tokens=getattr(args, "device_tokens", None),
+        host_tokens=getattr(args, "host_tokens", None),
+        prefetch=not getattr(args, "no_prefetch", False),
+    )
+
+
+def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:
+    """Run SGLang in the foreground; returns its exit status (2 for a usage error)."""
+    try:
+        plan = plan_from_args(args, extra_argv)
+    except ValueError as exc:
+        print(f"kvflow serve: {exc}", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("sglang") is None:
+        print("kvflow serve: --engine sglang needs the sglang package (pip install 'kvflow[sglang]' on a "
+              "CUDA machine); this Python has none", file=sys.stderr)
+        return 2
+    print("kvflow serve: " + " ".join(f"{k}={v}" for k, v in plan.env.items()) + " " + " ".join(plan.argv),
+          file=sys.stderr, flush=True)
+    try:
+        return subprocess.call(plan.argv, env={**os.environ, **plan.env})
+    except KeyboardInterrupt:
+        return 130
+
+
+def _standalone(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m backends.sglang_kvflow.launcher",
+                                     description="SGLang with the kvflow plugin (same flags as kvflow serve --engine sglang)")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--policy", choices=(POLICY_NAME, "lru"), default=POLICY_NAME)
+    parser.add_argument("--device-tokens", type=int)
+    parser.add_argument("--host-tokens", type=int)
+    parser.add_argument("--no-prefetch", action="store_true")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--api-key")
+    args, extra = parser.parse_known_args(argv)
+    return main(args, extra)
+
+
+if __name__ == "__main__":
+    raise SystemExit(_standalone())
