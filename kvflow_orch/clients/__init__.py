@@ -52,7 +52,9 @@ def open_client(backend: Any) -> OpenedClient:
             f"an EngineConfig, an engine object or an LLMClient"
         )
     if hasattr(backend, "generate") and hasattr(backend, "apply_steps") and hasattr(backend, "tokenizer"):
-        return OpenedClient(LocalClient(backend), True)
-    if type(backend).__name__ == "EngineConfig":
+        return OpenedClient(LocalClient(backend), True)  # the client is ours, the engine the caller's
+    from backends.local import EngineConfig  # torch is imported only on this path
+
+    if isinstance(backend, EngineConfig):
         return OpenedClient(LocalClient(config=backend), True)
     raise ValueError(f"backend of type {type(backend).__name__} not understood")

@@ -22,6 +22,17 @@ FLOW = textwrap.dedent(
     workflow.add_edge(START, "writer")
     workflow.add_edge("writer", "editor")
 
+    from typing import TypedDict
+    from langgraph.graph import StateGraph
+
+    class S(TypedDict):
+        x: int
+
+    _g = StateGraph(S)
+    _g.add_node("a", lambda s: {"x": 1})
+    _g.add_edge(START, "a")
+    langgraph_app = _g.compile()
+
     def broken():
         wf = Workflow("broken")
         wf.add_node("boom", lambda s: 1 / 0)
@@ -67,6 +78,7 @@ def test_run_prints_state_and_records_calls(tmp_path, server):
         (["cli_flow:workflow", "--input", "@missing.json"], "cannot read --input file"),
         (["cli_flow:nothing"], "has no attribute 'nothing'"),
         (["cli_flow:workflow", "--backend", "carrier-pigeon"], "backend 'carrier-pigeon' not understood"),
+        (["cli_flow:langgraph_app"], "is a LangGraph graph; run it with its own invoke()"),
     ],
 )
 def test_bad_arguments_exit_2(tmp_path, argv, message):

@@ -117,6 +117,11 @@ async def test_in_process_engine_gets_hints_and_done():
         await engine.shutdown()
 
 
+def test_engine_config_backend():
+    result = run(review_loop(rounds=1), {"idea": "x"}, backend=EngineConfig(model="tiny-random", device_tokens=2048, host_tokens=0))
+    assert len(result.calls) == 3 and all(c.prompt_tokens > 0 for c in result.calls)
+
+
 def test_local_backend_string_runs_and_owns_its_engine():
     result = run(review_loop(rounds=1), {"idea": "x"}, backend="local:tiny-random")
     assert [r.node for r in result.trace] == ["pm", "eng", "qa", "count"]
