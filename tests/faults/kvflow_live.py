@@ -29,9 +29,11 @@ HOST_TOKENS = 8192
 BUSY_KEYS = ("device_held", "running", "waiting", "loads_in_flight")
 
 
-def tiny_engine(**config: Any) -> Engine:
+def tiny_engine(*, load_copy: Any = None, **config: Any) -> Engine:
+    """The tiny-random engine; ``config`` overrides EngineConfig fields, ``load_copy`` is the engine's
+    copy-fault seam."""
     settings = {"model": "tiny-random", "device_tokens": DEVICE_TOKENS, "host_tokens": HOST_TOKENS, **config}
-    return Engine(EngineConfig(**settings))
+    return Engine(EngineConfig(**settings), load_copy=load_copy)
 
 
 class ThreadServer:
