@@ -15,7 +15,7 @@ import argparse
 import ipaddress
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["add_arguments", "main", "BUILTIN_MODELS"]
 
@@ -68,16 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mount /kvflow/v1/debug/* (cache integrity check, hint-table size); off by default")
     parser.add_argument("--engine", choices=("local", "sglang"), default="local",
                         help="local: the embedded torch engine; sglang: SGLang with the kvflow plugin")
-    # The kvflow dispatcher calls parse_args; SGLang's own flags must reach SGLang, so unknown
-    # arguments are collected instead of rejected, and main() refuses them for the local engine.
-    parse_known = parser.parse_known_args
 
-    def parse_args(args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
-        parsed, extra = parse_known(args, namespace)
-        parsed.extra_argv = list(extra)
-        return parsed
 
-    parser.parse_args = parse_args  # type: ignore[method-assign, assignment]
+# SGLang's own flags must reach SGLang: the dispatcher collects unknown arguments into
+# args.extra_argv instead of rejecting them, and main() refuses them for the local engine.
+PASS_THROUGH_ARGS = True
 
 
 def _is_loopback(host: str) -> bool:

@@ -1,6 +1,7 @@
 """The ``kvflow`` command line: a thin dispatcher over one module per subcommand.
 
-Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int``; it is imported
+Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int`` (and
+``PASS_THROUGH_ARGS = True`` to receive unknown flags in ``args.extra_argv``); it is imported
 only when that subcommand runs, so ``kvflow graph`` never imports torch and ``kvflow serve`` never
 imports LangGraph.
 """
@@ -46,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(module_name)
     sub = argparse.ArgumentParser(prog=f"kvflow {name}", description=help_)
     module.add_arguments(sub)
-    args = sub.parse_args(rest)
+    if getattr(module, "PASS_THROUGH_ARGS", False):
+        args, extra = sub.parse_known_args(rest)
+        args.extra_argv = list(extra)
+    else:
+        args = sub.parse_args(rest)
     return int(module.main(args) or 0)
 
 
