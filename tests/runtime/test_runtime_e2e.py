@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from graphs import FAN_HINTS, LOOP_HINTS, by_workflow, fan_out_join, review_loop
+from runtime_graphs import FAN_HINTS, LOOP_HINTS, by_workflow, fan_out_join, review_loop
 
 from backends.local import Engine, EngineConfig
 from backends.server import create_app, serve_in_thread

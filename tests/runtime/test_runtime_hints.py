@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from graphs import FAN_HINTS, INF, LOOP_HINTS, by_workflow, fan_out_join, review_loop
+from runtime_graphs import FAN_HINTS, INF, LOOP_HINTS, by_workflow, fan_out_join, review_loop
 
 from kvflow_orch import START, Workflow
 from kvflow_orch.runtime import arun, run, run_many
