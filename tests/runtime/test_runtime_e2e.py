@@ -80,6 +80,33 @@ def test_two_concurrent_workflows_over_embedded_server(fresh):
     assert all(seen.done(r.workflow_id) for r in results)
 
 
+def without_kvflow_routes(app):
+    """The real server as a plain OpenAI-compatible one: every /kvflow/ route answers 404."""
+
+    async def plain(scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/kvflow/"):
+            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"detail": "Not Found"}'})
+            return
+        await app(scope, receive, send)
+
+    return plain
+
+
+def test_fallback_on_the_real_server_without_kvflow_routes():
+    seen = Seen()
+    app = create_app(Engine(CONFIG), on_request=seen.request, on_steps=seen.update)
+    with serve_in_thread(without_kvflow_routes(app)) as running:
+        with pytest.warns(RuntimeWarning, match="not a kvflow server"):
+            loop = run(review_loop(), {"idea": "x"}, backend=running.url)
+        with pytest.warns(RuntimeWarning, match="not a kvflow server"):
+            many = run_many(fan_out_join(), [{"topic": "a"}, {"topic": "b"}], backend=running.url)
+    assert len(seen.hints) == 5 + 2 * 4 and all(h is None for h in seen.hints)
+    assert seen.steps == []
+    assert [r.node for r in loop.trace] == ["pm", "eng", "qa", "count", "eng", "qa", "count"]
+    assert all(sorted(r.state["parts"]) == ["a", "b"] for r in many)
+
+
 class RecordingEngine(Engine):
     """The real engine, noting the hints and steps updates it receives (nothing else changed)."""
 
