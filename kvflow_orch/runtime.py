@@ -230,6 +230,10 @@ def _target(node: str, branch: Any, item: Any) -> str:
 
 
 async def _cancel_all(tasks: Iterable[asyncio.Task]) -> None:
+    tasks = list(tasks)
+    for task in tasks:  # finished alongside the failure: their outcome is moot, mark it seen
+        if task.done() and not task.cancelled():
+            task.exception()
     pending = [t for t in tasks if not t.done()]
     for task in pending:
         task.cancel()

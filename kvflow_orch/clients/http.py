@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -43,7 +44,8 @@ class HttpConfig:
     model: str | None = None
     """Model name sent in requests; default: the server's ``/kvflow/v1/info`` model, else the first
     of ``/v1/models``, else ``"default"``."""
-    api_key: str | None = None
+    api_key: str | None = field(default_factory=lambda: os.environ.get("KVFLOW_API_KEY") or None)
+    """Sent as ``Authorization: Bearer``; default: the ``KVFLOW_API_KEY`` environment variable."""
 
     def __post_init__(self) -> None:
         if self.retries < 0 or self.backoff_s < 0:
@@ -76,6 +78,12 @@ class HttpClient(LLMClient):
             if self._probed:
                 return
             response = await self._request("GET", INFO_ROUTE)
+            if response.status_code in (401, 403):
+                raise BackendError(
+                    self.name,
+                    f"the server refused {INFO_ROUTE} with HTTP {response.status_code} ({_error_text(response)}); "
+                    f"give it its API key: KVFLOW_API_KEY=... or HttpConfig(api_key=...)",
+                )
             info = _json_object(response) if response.status_code == 200 else None
             self._kvflow = info is not None
             if info is None:

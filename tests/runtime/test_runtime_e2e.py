@@ -13,6 +13,7 @@ from runtime_graphs import FAN_HINTS, LOOP_HINTS, by_workflow, fan_out_join, rev
 
 from backends.local import Engine, EngineConfig
 from backends.server import create_app, serve_in_thread
+from kvflow_orch import WorkflowError
 from kvflow_orch.runtime import arun, run, run_many
 
 CONFIG = EngineConfig(model="tiny-random", device_tokens=4096, host_tokens=8192)
@@ -105,6 +106,17 @@ def test_fallback_on_the_real_server_without_kvflow_routes():
     assert seen.steps == []
     assert [r.node for r in loop.trace] == ["pm", "eng", "qa", "count", "eng", "qa", "count"]
     assert all(sorted(r.state["parts"]) == ["a", "b"] for r in many)
+
+
+def test_api_key_from_environment(monkeypatch):
+    app = create_app(Engine(CONFIG), api_key="s3cret")
+    with serve_in_thread(app) as running:
+        monkeypatch.delenv("KVFLOW_API_KEY", raising=False)
+        with pytest.raises(WorkflowError, match=r"node 'pm': LLM call failed: .*HTTP 401.*KVFLOW_API_KEY"):
+            run(review_loop(), {"idea": "x"}, backend=running.url)
+        monkeypatch.setenv("KVFLOW_API_KEY", "s3cret")
+        result = run(review_loop(rounds=1), {"idea": "x"}, backend=running.url)
+    assert len(result.calls) == 3 and all(c.hint is not None for c in result.calls)
 
 
 class RecordingEngine(Engine):
