@@ -10,6 +10,9 @@ Rules (issue 3):
 * An agent's steps = min over every live workflow of its namespace that names it; ``inf`` when none.
 * A workflow is forgotten on ``done`` or when it has not been updated for ``ttl_s`` seconds;
   :meth:`HintTable.expire` applies the TTL (cheap; callers run it before decisions).
+* Memory: at most ``max_workflows`` workflows and ``max_entries`` (workflow, agent) step entries in
+  all; beyond either bound the least recently updated workflow is forgotten (one client sending
+  thousands of workflows with 4,096-agent maps cannot grow the table without limit).
 * Namespace cap: the agents of a namespace with finite steps are protected in ascending steps order
   while the sum of their fixed-prefix tokens stays within ``cap_tokens``; the rest (least urgent)
   get ``inf`` from :meth:`HintTable.steps`. Tokens of a prefix shared by two agents count twice
@@ -62,12 +65,15 @@ class HintTable:
         cap_tokens: int | None = None,
         max_workflows: int = 16384,
         max_agents: int = 65536,
+        max_entries: int = 131072,
     ) -> None:
         self.ttl_s = ttl_s
         self.clock = clock
         self.cap_tokens = cap_tokens
         self.max_workflows = max_workflows
         self.max_agents = max_agents
+        self.max_entries = max_entries
+        self._entries = 0  # sum of the step-map sizes of all live workflows
         self.version = 0
         # (ns, wf) -> (last update time, {agent: steps}); ordered oldest update first.
         self._workflows: OrderedDict[tuple[str, str], tuple[float, dict[str, float]]] = OrderedDict()
@@ -96,11 +102,12 @@ class HintTable:
         key = (namespace, workflow_id)
         self._drop_workflow(key)
         self._workflows[key] = (self.clock(), clean)
+        self._entries += len(clean)
         for agent, value in clean.items():
             self._by_agent.setdefault((namespace, agent), {})[workflow_id] = value
         self._effective.pop(namespace, None)
         self.version += 1
-        while len(self._workflows) > self.max_workflows:
+        while len(self._workflows) > self.max_workflows or self._entries > self.max_entries:
             self._drop_workflow(next(iter(self._workflows)))
 
     def forget(self, namespace: str, workflow_id: str) -> bool:
@@ -139,6 +146,7 @@ class HintTable:
         if entry is None:
             return False
         namespace, wf = key
+        self._entries -= len(entry[1])
         for agent in entry[1]:
             per = self._by_agent.get((namespace, agent))
             if per is not None:
@@ -180,6 +188,11 @@ class HintTable:
     @property
     def workflow_count(self) -> int:
         return len(self._workflows)
+
+    @property
+    def entry_count(self) -> int:
+        """(workflow, agent) step entries held, bounded by ``max_entries``."""
+        return self._entries
 
     def _compute_effective(self, namespace: str) -> dict[str, float]:
         finite = sorted(

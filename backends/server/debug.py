@@ -5,9 +5,9 @@ its hint table. **Off by default**: only ``create_app(..., debug_routes=True)`` 
 * ``GET /kvflow/v1/debug/integrity`` -> ``{"ok": true, "locked_nodes": n}`` or ``{"ok": false,
   "error": "..."}``: runs ``KVCache.check_integrity()`` (slot ownership, lock counts, node states,
   leaf sets) and counts the locked nodes (0 once no request is running).
-* ``GET /kvflow/v1/debug/hints`` -> ``{"workflows", "agents", "max_protected_tokens",
-  "namespace_cap_tokens", "namespaces"}``: how many workflows and agents the hint table holds, and
-  the largest number of device tokens any one namespace protects right now.
+* ``GET /kvflow/v1/debug/hints`` -> ``{"workflows", "entries", "agents", "max_protected_tokens",
+  "namespace_cap_tokens", "namespaces"}``: how many workflows, (workflow, agent) step entries and
+  agents the hint table holds, and the most device tokens any one namespace protects right now.
 
 Neither reveals a prompt, a workflow id, an agent or a namespace name: only counts. The work runs on
 the engine's own loop thread (``engine.inspect_cache``), between scheduler steps, because the brain
@@ -57,6 +57,7 @@ def hint_summary(cache: Any) -> dict[str, Any]:
     protected = [hints.protected_tokens(ns) for ns in namespaces]
     return {
         "workflows": hints.workflow_count,
+        "entries": hints.entry_count,
         "agents": len(agents),
         "namespaces": len(namespaces),
         "max_protected_tokens": max(protected, default=0),
