@@ -9,7 +9,6 @@ import runpy
 import sys
 from pathlib import Path
 
-import pytest
 
 from kvflow_orch.cli import main as kvflow
 
