@@ -275,8 +275,17 @@ async def arun(
     return RunResult(state, tuple(run_.trace), tuple(run_.calls), run_.workflow_id)
 
 
+def _no_running_loop(name: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise WorkflowError(f"{name}() was called inside a running event loop; use 'await a{name}(...)' there")
+
+
 def run(workflow: Any, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> RunResult:
     """Blocking :func:`arun` (starts its own event loop; call :func:`arun` inside async code)."""
+    _no_running_loop("run")
     return asyncio.run(arun(workflow, inputs, **kwargs))
 
 
@@ -313,4 +322,5 @@ async def arun_many(
 
 def run_many(workflow: Any, inputs: Sequence[Mapping[str, Any]], **kwargs: Any) -> list[RunResult]:
     """Blocking :func:`arun_many`."""
+    _no_running_loop("run_many")
     return asyncio.run(arun_many(workflow, inputs, **kwargs))

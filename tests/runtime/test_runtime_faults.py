@@ -190,3 +190,10 @@ def test_prompt_missing_state_key_names_node(server):
     wf.add_edge(START, "w")
     with pytest.raises(WorkflowError, match=r"prompt of node 'w' uses \{topic\}"):
         run(wf, {}, backend=server.url)
+
+
+async def test_blocking_run_inside_a_loop_says_to_await(server):
+    wf = chain(lambda s: END, ["b", END])
+    with pytest.raises(WorkflowError, match=r"run\(\) was called inside a running event loop; use 'await arun"):
+        run(wf, {}, backend=server.url)
+    assert server.requests == []
