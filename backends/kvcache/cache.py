@@ -39,6 +39,7 @@ from .results import (
 )
 from .eviction import NO_EVICTION, EvictionMixin
 from .integrity import check_integrity
+from .leafqueue import LeafQueue
 from .prefetch import PrefetchPlan, plan_prefetch
 from .segment import Segmenter
 from .transfer import TransferMixin
@@ -79,6 +80,11 @@ class KVCache(EvictionMixin, TransferMixin):
         self._fixed: OrderedDict[AgentRef, tuple[int, ...]] = OrderedDict()  # agent -> fixed tokens
         self._device_leaves: set[Node] = set()  # on device, no child on device
         self._host_leaves: set[Node] = set()    # host only, no children
+        self._untag_epoch = 0                   # bumped when tags are removed (keys may drop)
+        self._device_queue = LeafQueue(self._device_leaves, self.policy.key, self.policy.version,
+                                       self.policy.volatile, self._key_epoch)
+        self._host_queue = LeafQueue(self._host_leaves, self.policy.key, self.policy.version,
+                                     self.policy.volatile, self._key_epoch)
 
     # ---- queries -------------------------------------------------------------------------
     def match_prefix(self, tokens: Sequence[int]) -> MatchResult:
@@ -274,6 +280,7 @@ class KVCache(EvictionMixin, TransferMixin):
     def _tag_fixed_prefix(self, ref: AgentRef, fixed: tuple[int, ...]) -> None:
         old = self._fixed.pop(ref, None)
         if old is not None and old != fixed:
+            self._untag_epoch += 1
             for node in self._covering(old):
                 if node.tags:
                     node.tags.discard(ref)
@@ -283,6 +290,7 @@ class KVCache(EvictionMixin, TransferMixin):
         self._fixed[ref] = fixed
         while len(self._fixed) > self.config.max_tracked_agents:
             gone, tokens = self._fixed.popitem(last=False)
+            self._untag_epoch += 1
             for node in self._covering(tokens):
                 if node.tags:
                     node.tags.discard(gone)
@@ -325,13 +333,20 @@ class KVCache(EvictionMixin, TransferMixin):
         if node.parent is None:
             return
         if node.device is not None and not any(c.device is not None for c in node.children.values()):
-            self._device_leaves.add(node)
+            if node not in self._device_leaves:
+                self._device_leaves.add(node)
+                self._device_queue.add(node)
         else:
             self._device_leaves.discard(node)
         if node.device is None and not node.children:
-            self._host_leaves.add(node)
+            if node not in self._host_leaves:
+                self._host_leaves.add(node)
+                self._host_queue.add(node)
         else:
             self._host_leaves.discard(node)
+
+    def _key_epoch(self) -> int:
+        return self._untag_epoch
 
     # ---- delegated to their own modules --------------------------------------------------
     def plan_prefetch(self) -> PrefetchPlan:

@@ -10,7 +10,6 @@ Host eviction drops unlocked host-only leaves. Asking for more than exists frees
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING, Callable
 
 from .errors import CacheError
@@ -50,39 +49,38 @@ class EvictionMixin:
         if n == 0 or not self._host_leaves:
             return NO_EVICTION
         self.hints.expire()
-        key = self.policy.key
-        heap = [(key(node), node.id, node) for node in self._host_leaves if _host_evictable(node)]
-        heapq.heapify(heap)
+        queue = self._host_queue
+        queue.begin()
         freed = 0
-        while freed < n and heap:
-            _, _, node = heapq.heappop(heap)
-            parent = node.parent
-            freed += self._drop_subtree(node)
-            if parent in self._host_leaves and _host_evictable(parent):
-                heapq.heappush(heap, (key(parent), parent.id, parent))
+        while freed < n:
+            node = queue.pop(_host_evictable)
+            if node is None:
+                break
+            freed += self._drop_subtree(node)  # a parent left as a host leaf joins the queue
+        queue.end(set())
         return EvictResult(freed, (), freed)
 
     def _victims(self: KVCache, n: int, stop: Callable[[Node], bool] | None = None) -> tuple[list[Node], int]:
         """The device victims for ``n`` tokens in policy order, without changing anything.
 
         Stops early at the first node for which ``stop(node)`` is true (the prefetch budget)."""
-        key = self.policy.key
-        heap = [(key(node), node.id, node) for node in self._device_leaves if _device_evictable(node)]
-        heapq.heapify(heap)
+        queue = self._device_queue
+        queue.begin()
         chosen: list[Node] = []
         gone: set[Node] = set()
         got = 0
-        while got < n and heap:
-            _, _, node = heapq.heappop(heap)
-            if stop is not None and stop(node):
+        while got < n:
+            node = queue.pop(_device_evictable)
+            if node is None or (stop is not None and stop(node)):
                 break
             chosen.append(node)
             gone.add(node)
             got += len(node)
             parent = node.parent
-            if (parent.parent is not None and _unpinned(parent)
+            if (parent.parent is not None and _device_evictable(parent)
                     and all(c.device is None or c in gone for c in parent.children.values())):
-                heapq.heappush(heap, (key(parent), parent.id, parent))
+                queue.offer(parent)
+        queue.end(set())  # nothing is consumed yet; entries of evicted nodes become garbage
         return chosen, got
 
     def _evict_nodes(self: KVCache, victims: list[Node]) -> EvictResult:

@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 TIER_UNTAGGED = 0  # dynamic suffixes: evicted first
-TIER_UNHINTED = 1  # fixed prefixes whose agents have steps None/inf (or lost protection)
+TIER_UNHINTED = 1  # fixed prefixes whose agents have steps None/inf, or lost protection to the cap
 TIER_HINTED = 2    # fixed prefixes with finite steps: descending steps, then LRU
 
 
@@ -32,19 +32,18 @@ def node_steps(tags: Collection[AgentRef] | None, steps_of: Callable[[AgentRef],
     return min(steps_of(ref) for ref in tags)
 
 
-def kvflow_key(
-    tags: Collection[AgentRef] | None, steps_of: Callable[[AgentRef], float], last_access: float
-) -> tuple[int, float, float]:
-    """The KVFlow eviction key; smaller is evicted first.
+def kvflow_key(tags: Collection[AgentRef] | None, hints: HintTable, last_access: float) -> tuple[int, float, float]:
+    """The KVFlow eviction key of a node tagged with ``tags``; smaller is evicted first.
 
-    Order: untagged nodes (LRU among them); then tagged nodes with infinite steps (LRU); then
-    tagged nodes by descending steps, ties by LRU. ``steps_of`` is usually ``HintTable.steps``.
+    Order: untagged nodes (dynamic suffixes), LRU among them; then tagged nodes without
+    protection: steps ``None``/inf first, then agents the namespace cap unprotected, by
+    descending steps; then protected tagged nodes by descending steps. Ties go LRU.
     """
     if not tags:
         return (TIER_UNTAGGED, 0.0, last_access)
-    steps = node_steps(tags, steps_of)
+    steps = node_steps(tags, hints.steps)
     if steps == math.inf:
-        return (TIER_UNHINTED, 0.0, last_access)
+        return (TIER_UNHINTED, -node_steps(tags, hints.raw_steps), last_access)
     return (TIER_HINTED, -steps, last_access)
 
 
@@ -59,6 +58,15 @@ class EvictionPolicy(ABC):
 
     def on_request(self, tokens: Sequence[int]) -> None:
         """Called once per admitted request, in arrival order (Belady advances its clock)."""
+
+    def version(self) -> object:
+        """Changes whenever keys may have *decreased* (between changes keys only grow: a touched
+        or newly tagged node becomes less evictable). Eviction queues re-key on a change."""
+        return 0
+
+    def volatile(self, node: Node) -> bool:
+        """Whether ``node``'s key may change when :meth:`version` changes."""
+        return True
 
 
 class LRUPolicy(EvictionPolicy):
@@ -75,7 +83,13 @@ class KVFlowPolicy(EvictionPolicy):
         self.hints = hints
 
     def key(self, node: Node) -> Any:
-        return kvflow_key(node.tags, self.hints.steps, node.last_access)
+        return kvflow_key(node.tags, self.hints, node.last_access)
+
+    def version(self) -> object:
+        return self.hints.version
+
+    def volatile(self, node: Node) -> bool:
+        return bool(node.tags)  # untagged keys are plain LRU: hints never move them
 
 
 class BeladyPolicy(EvictionPolicy):
@@ -107,6 +121,9 @@ class BeladyPolicy(EvictionPolicy):
 
     def on_request(self, tokens: Sequence[int]) -> None:
         self._cursor += 1
+
+    def version(self) -> object:
+        return self._cursor
 
     def _users(self, node: Node) -> list[int]:
         chain = []

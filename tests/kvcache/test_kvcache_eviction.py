@@ -58,9 +58,9 @@ def test_shared_prefix_takes_the_min_and_follows_updates(make_cache):
     sys_node = cache.match_prefix(SYS).last_node
     assert sys_node.tags == {("ns", a) for a in "ABC"}
     cache.apply_steps(StepsUpdate(workflow_id="w", namespace="ns", steps={"A": 5, "B": 3, "C": 4}))
-    assert kvflow_key(sys_node.tags, cache.hints.steps, 0)[:2] == (TIER_HINTED, -3)
+    assert kvflow_key(sys_node.tags, cache.hints, 0)[:2] == (TIER_HINTED, -3)
     cache.apply_steps(StepsUpdate(workflow_id="w", namespace="ns", steps={"A": 5, "B": None, "C": 4}))
-    assert kvflow_key(sys_node.tags, cache.hints.steps, 0)[:2] == (TIER_HINTED, -4)
+    assert kvflow_key(sys_node.tags, cache.hints, 0)[:2] == (TIER_HINTED, -4)
     # Only SYS is protected by A's 5 now that B is inf: B's own node goes right after suffixes.
     order = evict_order(cache)
     assert order[3:] == [FIXED["B"], FIXED["A"], FIXED["C"], SYS]
@@ -69,13 +69,13 @@ def test_shared_prefix_takes_the_min_and_follows_updates(make_cache):
 def test_infinite_steps_rank_after_untagged_before_finite():
     hints = HintTable()
     hints.set_steps("ns", "w", {"far": None, "near": 7})
-    untagged = kvflow_key(set(), hints.steps, last_access=99)
-    unhinted = kvflow_key({("ns", "far")}, hints.steps, last_access=1)
-    unknown = kvflow_key({("ns", "nobody")}, hints.steps, last_access=1)
-    hinted = kvflow_key({("ns", "near")}, hints.steps, last_access=0)
+    untagged = kvflow_key(set(), hints, last_access=99)
+    unhinted = kvflow_key({("ns", "far")}, hints, last_access=1)
+    unknown = kvflow_key({("ns", "nobody")}, hints, last_access=1)
+    hinted = kvflow_key({("ns", "near")}, hints, last_access=0)
     assert untagged[0] == TIER_UNTAGGED and unhinted[0] == unknown[0] == TIER_UNHINTED
     assert untagged < unhinted < hinted
-    ties = sorted([kvflow_key({("ns", "near")}, hints.steps, t) for t in (5, 3, 4)])
+    ties = sorted([kvflow_key({("ns", "near")}, hints, t) for t in (5, 3, 4)])
     assert [k[2] for k in ties] == [3, 4, 5]  # equal steps: least recently used first
 
 
@@ -168,7 +168,7 @@ def test_eviction_order_agrees_with_sorting_by_kvflow_key(make_cache):
     build_workflow(cache)
     cache.apply_hint(KVFlowHint(workflow_id="w", namespace="ns", agent="C", steps={"A": 1, "B": 4}))
     while cache._device_leaves:
-        leaves = sorted(cache._device_leaves, key=lambda n: (kvflow_key(n.tags, cache.hints.steps, n.last_access), n.id))
+        leaves = sorted(cache._device_leaves, key=lambda n: (kvflow_key(n.tags, cache.hints, n.last_access), n.id))
         victim = leaves[0]
         cache.evict_device(1)
         assert victim.device is None and victim.state is not NodeState.DEVICE

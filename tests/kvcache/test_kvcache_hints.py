@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from backends.kvcache import HintError, HintTable, Segmenter
+from backends.kvcache import TIER_UNHINTED, HintError, HintTable, Segmenter, kvflow_key
 from kvflow_orch.protocol import MAX_AGENTS, KVFlowHint, StepsUpdate
 
 from conftest import FakeClock, put
@@ -57,6 +57,12 @@ def test_namespace_cap_unprotects_the_least_urgent_agents():
     assert hints.protected_tokens("greedy") == 90 <= 100
     assert hints.raw_steps(("greedy", "c")) == 2
     assert [hints.steps(("polite", x)) for x in "ab"] == [0, 1]  # one namespace cannot starve another
+    # Unprotected agents rank below every protected one, yet keep their steps order among
+    # themselves (after agents that will not run again).
+    keys = {x: kvflow_key({("greedy", x)}, hints, 0) for x in "bc"}
+    hints.set_steps("greedy", "w2", {"gone": None})
+    gone = kvflow_key({("greedy", "gone")}, hints, 0)
+    assert gone < keys["c"] < keys["b"] and keys["c"][0] == TIER_UNHINTED
 
 
 def test_cache_caps_protection_at_half_the_device_pool_by_default(make_cache):

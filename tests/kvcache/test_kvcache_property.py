@@ -28,6 +28,7 @@ ops_st = st.lists(
                                                     st.one_of(st.none(), st.integers(0, 4))),
                   st.integers(0, 5).map(lambda x: x == 0)),  # done: rarely
         st.tuples(st.just("evict_device"), st.integers(0, 20)),
+        st.tuples(st.just("evict_one"), st.just(1)),
         st.tuples(st.just("evict_host"), st.integers(0, 20)),
         st.tuples(st.just("prefetch"), st.booleans()),
         st.tuples(st.just("finish_loads"), st.booleans()),
@@ -83,6 +84,16 @@ def test_random_operations_keep_every_invariant(ops, device, host, policy, write
             cache.apply_steps(StepsUpdate(workflow_id="w", namespace="ns", steps=steps, done=done))
         elif kind == "evict_device":
             cache.evict_device(op[1])
+        elif kind == "evict_one":
+            # The lazy eviction queue must pick exactly the policy's minimum among evictable leaves.
+            cache.hints.expire()
+            keys = {n: cache.policy.key(n) for n in cache._device_leaves
+                    if n.lock_ref == 0 and n.loading is None and n.offloading is None}
+            cache.evict_device(1)
+            victims = [n for n in keys if n.device is None]
+            assert len(victims) == (1 if keys else 0)
+            if keys:
+                assert keys[victims[0]] == min(keys.values())
         elif kind == "evict_host":
             cache.evict_host(op[1])
         elif kind == "prefetch":
