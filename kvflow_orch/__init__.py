@@ -23,6 +23,8 @@ __all__ = [
     "run",
     "arun",
     "run_many",
+    "arun_many",
+    "RunResult",
 ]
 
 # Imported lazily: the runtime pulls in httpx and (for backend="local") torch.
@@ -31,6 +33,8 @@ _LAZY = {
     "run": ("kvflow_orch.runtime", "run"),
     "arun": ("kvflow_orch.runtime", "arun"),
     "run_many": ("kvflow_orch.runtime", "run_many"),
+    "arun_many": ("kvflow_orch.runtime", "arun_many"),
+    "RunResult": ("kvflow_orch.runtime", "RunResult"),
 }
 
 
