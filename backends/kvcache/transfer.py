@@ -59,18 +59,21 @@ class TransferMixin:
     def fail_load(self: KVCache, task: LoadTask) -> EvictResult:
         """The copy failed: the nodes go back to host-only and their device slots are freed.
 
-        Device nodes that were inserted below them meanwhile (they could only hold garbage) lose
-        their device copy too; the returned result lists that eviction."""
-        _, nodes = self._pop_task(self._loads, task.task_id, "load")
+        Device nodes inserted below them meanwhile were computed from KV that never arrived: they
+        are dropped (the returned result counts them). Raises :class:`CacheError`, changing
+        nothing, when a request still locks such a node."""
+        entry = self._loads.get(task.task_id)
+        if entry is None:
+            raise UnknownTaskError(f"load task {task.task_id} is not in flight (completed or failed already?)")
+        nodes = entry[1]
         in_task = set(nodes)
-        evicted: list[Node] = []
-        for node in nodes:
-            for child in node.children.values():
-                if child not in in_task and child.device is not None:
-                    evicted.extend(_device_subtree(child))
-        if any(node.lock_ref and node not in in_task for node in evicted):
+        tainted = [c for node in nodes for c in node.children.values()
+                   if c not in in_task and c.device is not None]
+        if any(c.lock_ref for c in tainted):
             raise CacheError(f"load task {task.task_id} failed under nodes a request still locks")
-        result = self._evict_nodes(evicted[::-1])  # deepest first: each is a device leaf in turn
+        del self._loads[task.task_id]
+        freed = sum(len(n) for c in tainted for n in _device_subtree(c))
+        dropped = sum(self._drop_subtree(c) for c in tainted)
         for node in nodes:
             self.device.free(node.device)
             node.device = None
@@ -78,7 +81,7 @@ class TransferMixin:
             node.prefetched = False
             self._refresh(node)
             self._refresh(node.parent)
-        return result
+        return EvictResult(freed, (), dropped)
 
     def _start_offload(self: KVCache, path: Sequence[Node]) -> OffloadTask | None:
         nodes = [n for n in path if n.device is not None and n.host is None

@@ -124,3 +124,30 @@ def test_states_through_demotion_load_and_write_through(make_cache):
     assert node.state is NodeState.BOTH and cache.is_ready(cache.match_prefix([1, 2, 3]))
     cache.unlock(adm.match.last_node)
     cache.check_integrity()
+
+
+def test_alloc_reports_shortage_instead_of_raising_and_keeps_demotions(make_cache):
+    cache = make_cache(device_tokens=8, host_tokens=8)
+    put(cache, [1, 2, 3, 4])
+    put(cache, [5, 6, 7, 8])
+    cache.lock(cache.match_prefix([5, 6, 7, 8]).last_node)
+    alloc = cache.alloc_device(6)  # only 4 evictable: nothing handed out, eviction reported
+    assert alloc.slots is None and alloc.evicted.freed == 4 and len(alloc.evicted.demoted) == 1
+    assert cache.usage()["device_held"] == 0
+    cache.check_integrity()
+
+
+def test_fail_load_evicts_device_nodes_inserted_below_the_failed_load(make_cache):
+    cache = make_cache(device_tokens=16, host_tokens=16)
+    put(cache, [1, 2, 3, 4])
+    cache.evict_device(4)
+    adm = cache.admit([1, 2, 3, 4])
+    alloc = cache.alloc_device(2)
+    # A misbehaving engine inserts below the loading path before the copy finished.
+    cache.insert([1, 2, 3, 4, 9, 9], list(adm.load.device_slots) + list(alloc.slots))
+    result = cache.fail_load(adm.load)
+    assert (result.freed, result.dropped) == (2, 2)  # [9, 9] was computed from garbage: dropped
+    m = cache.match_prefix([1, 2, 3, 4, 9, 9])
+    assert m.device_tokens == 0 and m.host_tokens == 4
+    cache.unlock(adm.match.last_node)
+    cache.check_integrity()
