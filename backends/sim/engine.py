@@ -98,6 +98,8 @@ class ServingSim:
         self.running: list[SimRequest] = []
         self.busy = _Busy()
         self._computing = False
+        self._step_pending = False
+        self._plan_pending = False
         self.admission_log: list[tuple[int, ...]] = []
 
     # ---- client side ----------------------------------------------------------------------
@@ -116,8 +118,14 @@ class ServingSim:
 
     # ---- transfers ------------------------------------------------------------------------
     def _prefetch(self) -> None:
-        if not self.system.prefetch:
-            return
+        """Plan prefetches once for everything that happened at this instant (hint updates,
+        finished requests, completed loads), before the scheduler step of the same instant."""
+        if self.system.prefetch and not self._plan_pending:
+            self._plan_pending = True
+            self.events.schedule(self.events.now, self._plan)
+
+    def _plan(self) -> None:
+        self._plan_pending = False
         plan = self.cache.plan_prefetch()
         self._honour(plan.evicted)
         for task in plan.tasks:
@@ -138,12 +146,19 @@ class ServingSim:
 
     def _offload(self, task) -> None:
         if task is not None:
-            self.d2h.background(len(task.device_slots), lambda: self.cache.complete_offload(task))
+            self.d2h.background(len(task.device_slots), lambda: self._offloaded(task))
+
+    def _offloaded(self, task) -> None:
+        # An offloading node cannot be evicted: a request waiting for room may fit now.
+        self.cache.complete_offload(task)
+        self._kick()
 
     # ---- compute stream -------------------------------------------------------------------
     def _kick(self) -> None:
-        if not self._computing:
-            self._step()
+        # Deferred to an event at the same instant, so every request arriving now joins one batch.
+        if not self._computing and not self._step_pending:
+            self._step_pending = True
+            self.events.schedule(self.events.now, self._step)
 
     def _admit(self, request: SimRequest) -> tuple[bool, float]:
         """Try to admit; returns (admitted, time its KV is ready: load/demotion end)."""
@@ -151,20 +166,25 @@ class ServingSim:
         peek = cache.match_prefix(request.prompt)
         cache.lock(peek.last_node)  # our own prefix must survive the reservation below
         try:
-            need = len(request.prompt) - peek.cached_tokens + len(request.output)
+            # Reserve for the host part too, then hand exactly that back just before admission, so
+            # the brain's load of it finds free slots instead of evicting someone else's prefix.
+            need = len(request.prompt) - peek.device_tokens + len(request.output)
             alloc = cache.alloc_device(need)
             ready_at = self._honour(alloc.evicted)
             if alloc.slots is None:
                 return False, ready_at
+            slots = alloc.slots
+            if peek.host_tokens:
+                cache.free_device(slots[-peek.host_tokens:])
+                slots = slots[: -peek.host_tokens]
             adm = cache.admit(request.prompt)
         finally:
             cache.unlock(peek.last_node)
-        slots = alloc.slots
-        short = peek.cached_tokens - adm.match.cached_tokens  # host part the brain could not load
+        short = peek.cached_tokens - adm.match.cached_tokens  # host part the brain did not load
         if short > 0:
             more = cache.alloc_device(short)
             ready_at = max(ready_at, self._honour(more.evicted))
-            if more.slots is None:  # cannot happen while our reservation is held; be safe
+            if more.slots is None:
                 raise RuntimeError("device pool exhausted while admitting a reserved request")
             slots = slots + more.slots
         ready_at = max(ready_at, self._honour(adm.evicted))
@@ -180,6 +200,9 @@ class ServingSim:
         return True, ready_at
 
     def _step(self) -> None:
+        self._step_pending = False
+        if self._computing:
+            return
         now = self.events.now
         admitted: list[SimRequest] = []
         ready_at = now

@@ -18,10 +18,34 @@ from kvflow_orch.protocol import KVFlowHint, StepsUpdate, steps_to_wire
 from .engine import ServingSim, SimRequest
 from .workloads import Instance, random_tokens
 
-__all__ = ["GraphClient"]
+__all__ = ["WarmingClient", "GraphClient"]
 
 
-class GraphClient:
+class WarmingClient:
+    """Warm-up shared by every simulated client: one call per agent, in sequence, before the
+    measured phase (the paper pre-warms every agent so its prefix is cached and backed up)."""
+
+    sim: ServingSim
+    on_end: Callable[..., None]
+
+    def warm_agents(self) -> list[str]:
+        raise NotImplementedError
+
+    def warm_request(self, agent: str, on_done: Callable[[SimRequest], None]) -> SimRequest:
+        raise NotImplementedError
+
+    def warmup(self) -> None:
+        self._warm_queue = self.warm_agents()
+        self._warm_next()
+
+    def _warm_next(self, _: SimRequest | None = None) -> None:
+        if not self._warm_queue:
+            self.on_end(self)
+            return
+        self.sim.submit(self.warm_request(self._warm_queue.pop(0), self._warm_next))
+
+
+class GraphClient(WarmingClient):
     """One workflow instance. ``warmup()`` runs each agent once (fixed prompt + a fresh dynamic
     part, one output token) in sequence; ``start()`` runs the workflow; ``on_end(client)`` fires
     when either phase completes."""
@@ -37,19 +61,12 @@ class GraphClient:
         self.calls = 0
         self.start_s = 0.0
         self.end_s = 0.0
-        self._warm_queue: list[str] = []
 
-    # ---- warm-up ---------------------------------------------------------------------------
-    def warmup(self) -> None:
-        self._warm_queue = sorted(self.spec.asg.agents)
-        self._warm_next()
+    def warm_agents(self) -> list[str]:
+        return sorted(self.spec.asg.agents)
 
-    def _warm_next(self, _: SimRequest | None = None) -> None:
-        if not self._warm_queue:
-            self.on_end(self)
-            return
-        agent = self._warm_queue.pop(0)
-        self.sim.submit(self._request(agent, output=1, on_done=self._warm_next))
+    def warm_request(self, agent: str, on_done: Callable[[SimRequest], None]) -> SimRequest:
+        return self._request(agent, output=1, on_done=on_done)
 
     # ---- the workflow ----------------------------------------------------------------------
     def start(self) -> None:

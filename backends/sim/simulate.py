@@ -17,8 +17,9 @@ from .cost import CostModel
 from .engine import EngineLimits, ServingSim
 from .orchestrator import GraphClient
 from .profiles import HardwareProfile, ModelProfile, device_kv_tokens
+from .replay import TraceClient, TraceInstance
 from .systems import System
-from .workloads import Workload
+from .workloads import Instance, Workload
 
 __all__ = ["SimResult", "Capacity", "simulate", "capacity_for"]
 
@@ -65,16 +66,14 @@ class SimResult:
 def capacity_for(system: System, workload: Workload, hardware: HardwareProfile, model: ModelProfile,
                  device_tokens: int | None = None, host_tokens: int | None = None) -> Capacity:
     """Pool sizes: the device pool beside the weights (or ``device_tokens``); a host pool large
-    enough for every fixed prefix twice over (or ``host_tokens``). ``infinite`` gets a device pool
-    that never has to evict a fixed prefix (dynamic parts are never reused, so evicting them is free)."""
+    enough for every fixed prefix twice over (or ``host_tokens``). ``infinite`` gets the same pool
+    plus room for every fixed prefix, which its policy (kvflow: dynamic suffixes go first, and they
+    are never reused) then never has to evict: no prefix is recomputed or loaded, while running
+    requests get no more room than in the other systems."""
     device = device_tokens if device_tokens is not None else device_kv_tokens(hardware, model)
     fixed_total = workload.fixed_tokens_total
     if system.infinite:
-        active = sum(
-            max(len(t) for t in inst.spec.fixed.values()) + inst.spec.dynamic_tokens + inst.spec.output_tokens
-            for inst in workload.instances
-        )
-        return Capacity(max(device, fixed_total + 4 * active), 0)
+        return Capacity(device + fixed_total, 0)
     host = 0
     if system.host_tier:
         host = host_tokens if host_tokens is not None else 2 * fixed_total + device
@@ -110,17 +109,16 @@ def simulate(
     if system.policy == "belady":
         if future is None:
             raise ValueError("the belady system needs the future admission order (future=...)")
-        sim_events = None
-        policy_holder: list[Any] = []
-        # The oracle's steps-free key needs no hint table; it is given the complete future.
         policy = BeladyPolicy(future)
     sim = ServingSim(system, CostModel(hardware, model), config, limits=limits, policy=policy)
-    clients = [GraphClient(inst, sim, lambda c: None) for inst in workload.instances]
+    clients = [_client(inst, sim) for inst in workload.instances]
     phase = _Phase(sim, clients, warmup=workload.warmup)
     phase.begin()
     sim.events.run()
-    if not phase.measuring or any(c.end_s == 0.0 and c.calls == 0 for c in clients):
-        raise RuntimeError(f"simulation of {system.name} on {workload.name} stalled before finishing")
+    if phase.ended < len(clients):
+        raise RuntimeError(
+            f"simulation of {system.name} on {workload.name} stalled: {phase.ended}/{len(clients)} workflows "
+            f"finished, {len(sim.waiting)} requests waiting, {len(sim.running)} running")
     end = max(c.end_s for c in clients)
     after = sim.cache.stats.as_dict()
     stats = {k: after[k] - phase.stats_before[k] for k in after}
@@ -137,15 +135,23 @@ def simulate(
     )
 
 
+def _client(inst: Any, sim: ServingSim) -> Any:
+    if isinstance(inst, Instance):
+        return GraphClient(inst, sim, lambda c: None)
+    if isinstance(inst, TraceInstance):
+        return TraceClient(inst, sim, lambda c: None)
+    raise TypeError(f"cannot simulate a workload instance of type {type(inst).__name__}")
+
+
 class _Phase:
     """Warm every instance, then start them all together and snapshot the counters."""
 
-    def __init__(self, sim: ServingSim, clients: list[GraphClient], warmup: bool) -> None:
+    def __init__(self, sim: ServingSim, clients: list[Any], warmup: bool) -> None:
         self.sim = sim
         self.clients = clients
         self.warmup = warmup
         self.pending = len(clients)
-        self.measuring = False
+        self.ended = 0
         self.t0 = 0.0
         self.stats_before: dict[str, int] = {}
         self.busy_before = (0.0, 0.0, 0.0)
@@ -158,17 +164,19 @@ class _Phase:
             c.on_end = self._warmed
             c.warmup()
 
-    def _warmed(self, _: GraphClient) -> None:
+    def _warmed(self, _: Any) -> None:
         self.pending -= 1
         if self.pending == 0:
             self._measure()
 
+    def _ended(self, _: Any) -> None:
+        self.ended += 1
+
     def _measure(self) -> None:
         sim = self.sim
-        self.measuring = True
         self.t0 = sim.events.now
         self.stats_before = sim.cache.stats.as_dict()
         self.busy_before = (sim.busy.compute_s, sim.h2d.busy_s, sim.d2h.busy_s)
         for c in self.clients:
-            c.on_end = lambda _c: None
+            c.on_end = self._ended
             sim.events.schedule(self.t0 + c.inst.start_s, c.start)

@@ -72,13 +72,19 @@ class Instance:
     seed: int
     start_s: float = 0.0
 
+    @property
+    def fixed(self) -> Mapping[str, tuple[int, ...]]:
+        return self.spec.fixed
+
 
 @dataclass(frozen=True)
 class Workload:
-    """``labels`` describe the configuration in reports (fixed/dynamic/output tokens, branches...)."""
+    """``labels`` describe the configuration in reports (fixed/dynamic/output tokens, branches...).
+    ``instances`` are graph :class:`Instance` s or recorded :class:`~.replay.TraceInstance` s; both
+    expose ``fixed`` (agent -> fixed-prefix tokens), ``namespace`` and ``start_s``."""
 
     name: str
-    instances: tuple[Instance, ...]
+    instances: tuple[Any, ...]
     labels: Mapping[str, Any] = field(default_factory=dict)
     warmup: bool = True
 
@@ -86,13 +92,16 @@ class Workload:
     def fixed_tokens_total(self) -> int:
         seen: dict[tuple[str, str], int] = {}
         for inst in self.instances:
-            for agent, toks in inst.spec.fixed.items():
+            for agent, toks in inst.fixed.items():
                 seen[(inst.namespace, agent)] = len(toks)
         return sum(seen.values())
 
 
+_VOCAB_IDS = range(VOCAB)
+
+
 def random_tokens(rng: random.Random, n: int) -> tuple[int, ...]:
-    return tuple(rng.randrange(VOCAB) for _ in range(n))
+    return tuple(rng.choices(_VOCAB_IDS, k=n))
 
 
 def text_tokens(text: str, chars_per_token: int = 4) -> tuple[int, ...]:
@@ -184,15 +193,22 @@ def from_workflow(
     output: int = 128,
     loop_limit: int = 3,
     instances: int = 1,
+    tenant_header: int = 0,
     seed: int = 0,
 ) -> Workload:
     """Any DSL workflow: fixed prefixes come from the agents' real system prompts (:func:`text_tokens`),
-    so agents whose role texts share a preamble share a cached prefix, as they would on a server."""
+    so agents whose role texts share a preamble share a cached prefix, as they would on a server.
+    ``tenant_header > 0`` gives each instance its own random header of that many tokens in front of
+    every agent's prompt (per-tenant customised roles): the agents of one instance then share that
+    partial prefix, and instances share nothing."""
     asg = wf if isinstance(wf, AgentStepGraph) else wf.compile()
-    fixed = {agent: text_tokens(asg.system_prompt(agent)) or (0,) for agent in asg.agents}
-    spec = WorkflowSpec(asg, fixed, dynamic, output, loop_limit)
+    roles = {agent: text_tokens(asg.system_prompt(agent)) or (0,) for agent in asg.agents}
     rng = random.Random(seed)
-    insts = tuple(Instance(spec, f"{name}-{k}", f"client-{k}", seed=rng.randrange(2**31)) for k in range(instances))
-    labels = {"fixed": max(len(t) for t in fixed.values()), "dynamic": dynamic, "output": output,
-              "loops": loop_limit, "instances": instances, "agents": len(fixed)}
-    return Workload(name, insts, labels)
+    insts = []
+    for k in range(instances):
+        header = random_tokens(rng, tenant_header)
+        spec = WorkflowSpec(asg, {a: header + t for a, t in roles.items()}, dynamic, output, loop_limit)
+        insts.append(Instance(spec, f"{name}-{k}", f"client-{k}", seed=rng.randrange(2**31)))
+    labels = {"fixed": max(len(t) for t in insts[0].spec.fixed.values()), "dynamic": dynamic,
+              "output": output, "loops": loop_limit, "instances": instances, "agents": len(roles)}
+    return Workload(name, tuple(insts), labels)

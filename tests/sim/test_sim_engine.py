@@ -63,6 +63,7 @@ def test_prefetch_overlaps_the_forward_pass_and_removes_the_admission_stall():
     # a runs 20 decode steps (~0.8 s); its hint says b is next, so b's prefix loads meanwhile (0.5 s).
     a = _request("a", tuple(range(3000, 3010)), (4,), 20, {"a": 0, "b": 1, "x": None, "c": None}, done)
     sim.submit(a)
+    sim.events.run(until=t0)
     assert sim.h2d.busy_until == pytest.approx(t0 + 0.5, abs=1e-3)  # prefetch committed at once
     sim.events.run()
     assert a.finish_s > sim.h2d.busy_until  # the copy finished while a was still computing
@@ -96,6 +97,7 @@ def _not_ready_scenario(system: System) -> tuple[SimRequest, SimRequest, float]:
     _b_on_host(sim, done)
     a = _request("a", tuple(range(3000, 3010)), (4,), 20, {"a": 0, "b": 1, "x": None, "c": None}, done)
     sim.submit(a)
+    sim.events.run(until=sim.events.now)
     load_end = sim.h2d.busy_until
     # b arrives while its prefix is loading (not ready); c arrives after it and is ready.
     b = _request("b", PB, (5,), 3, {"b": 0, "a": None, "x": None, "c": 1}, done)
@@ -159,20 +161,23 @@ def test_the_simulator_drives_the_shared_brain(monkeypatch):
 
 
 def test_a_policy_registered_in_the_brain_runs_in_the_simulator():
-    name = "sim-test-mru"
+    name = "sim-test-lifo"
     if name not in brain_policy.policy_names():
-        brain_policy.register_policy(name, lambda hints, **_: _MRU())
-    mru = System(name, name, host_tier=False, prefetch=False, status_aware=False)
-    got = simulate(mru, _small(2), H100, QWEN, device_tokens=6000)
+        brain_policy.register_policy(name, lambda hints, **_: _NewestFirst())
+    lifo = System(name, name, host_tier=False, prefetch=False, status_aware=False)
+    got = simulate(lifo, _small(2), H100, QWEN, device_tokens=6000)
     lru = simulate(SYSTEMS["gpu-only"], _small(2), H100, QWEN, device_tokens=6000)
     assert got.stats != lru.stats
 
 
-class _MRU(brain_policy.EvictionPolicy):
-    name = "sim-test-mru"
+class _NewestFirst(brain_policy.EvictionPolicy):
+    """Evicts the most recently created node first (a static key, as the brain's queue requires):
+    on a cyclic workflow it keeps old prefixes that LRU would have thrown away."""
+
+    name = "sim-test-lifo"
 
     def key(self, node):
-        return -node.last_access
+        return -node.id
 
 
 def test_paper_ordering_on_h100_qwen_4096():

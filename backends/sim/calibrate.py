@@ -1,0 +1,189 @@
+"""``kvflow bench calibrate``: measure the embedded engine on this machine, write a hardware profile,
+and (``--compare``) check the simulator against the real engine on the synthetic workflow.
+
+Measured: prefill time against prompt length (slope -> effective FLOP/s, intercept -> per-iteration
+overhead), one decode step at batch 1 (-> effective memory bandwidth over the weights and KV), and a
+host->device slot copy of the engine's own KV layout (-> link bandwidth and latency). The profile
+stores these as peak rates with efficiency 1, so the roofline reproduces the measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .profiles import HardwareProfile, ModelProfile
+
+__all__ = ["model_profile_of", "fit_line", "measure", "compare", "main"]
+
+
+def model_profile_of(name: str, cfg: Any, dtype_bytes: int) -> ModelProfile:
+    """A roofline profile of an embedded-engine model config: the parameters every token multiplies
+    (attention, MLP and the LM head; the embedding lookup is no matmul)."""
+    h, hd = cfg.hidden_size, cfg.head_dim
+    attn = h * cfg.num_heads * hd * 2 + h * cfg.num_kv_heads * hd * 2
+    mlp = 3 * h * cfg.intermediate_size
+    params = cfg.num_layers * (attn + mlp) + cfg.vocab_size * h
+    return ModelProfile(name, params=float(params), n_layers=cfg.num_layers, hidden_size=h, n_heads=cfg.num_heads,
+                        n_kv_heads=cfg.num_kv_heads, head_dim=hd, dtype_bytes=dtype_bytes,
+                        description="measured by kvflow bench calibrate")
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares ``y = a + b x``; returns ``(a, b)``."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - b * mx, b
+
+
+def _engine(model: str, device_tokens: int, host_tokens: int, prefetch: bool = True):
+    from backends.local import Engine, EngineConfig
+
+    return Engine(EngineConfig(model=model, device_tokens=device_tokens, host_tokens=host_tokens,
+                               policy="kvflow", prefetch=prefetch, write_through=True))
+
+
+async def _generate(engine, ids: Sequence[int], max_tokens: int, hint=None, fixed: int | None = None):
+    from backends.base import GenerateRequest, SamplingParams
+
+    vocab = engine.model_config.vocab_size
+    req = GenerateRequest(tuple(t % vocab for t in ids), SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                          hint=hint, fixed_prefix_tokens=fixed)
+    return await engine.generate(req)
+
+
+def measure(model: str = "tiny-random", repeats: int = 3, context: int = 256) -> tuple[HardwareProfile, ModelProfile, dict[str, Any]]:
+    """Measure the engine; returns the fitted hardware profile, the model profile and raw figures.
+    The decode step is timed at ``context`` tokens (the workloads' typical context); every figure
+    is the best of ``repeats`` runs, which filters out a busy machine's slow outliers."""
+    import torch
+
+    from backends.local.pools import KVPool, copy_slots
+
+    engine = _engine(model, device_tokens=8192, host_tokens=8192, prefetch=False)
+    cfg = engine.model_config
+    dtype = engine.config.torch_dtype()
+    mprof = model_profile_of(engine.model_name, cfg, torch.empty((), dtype=dtype).element_size())
+    rng = random.Random(0)
+
+    async def run() -> tuple[list[tuple[int, float]], float]:
+        await engine.start()
+        try:
+            await _generate(engine, [rng.randrange(10**6) for _ in range(64)], 2)  # warm the kernels
+            points = []
+            for n in (64, 256, 512, 1024):
+                best = min([(await _generate(engine, [rng.randrange(10**6) for _ in range(n)], 1)).ttft_s
+                            for _ in range(repeats)])
+                points.append((n, best))
+            steps = 32
+            decode = min([((r := await _generate(engine, [rng.randrange(10**6) for _ in range(context)], steps)).total_s
+                           - r.ttft_s) / (steps - 1) for _ in range(repeats)])
+            return points, decode
+        finally:
+            await engine.shutdown()
+
+    points, decode_s = asyncio.run(run())
+    intercept, per_token = fit_line([p[0] for p in points], [p[1] for p in points])
+    overhead = max(0.0, intercept)
+    flops = 2 * mprof.params / per_token
+    decode_bytes = mprof.weight_bytes + (context + 16) * mprof.kv_bytes_per_token  # mid-run context
+    mem_bw = decode_bytes / max(1e-9, decode_s - overhead) if decode_s > overhead else decode_bytes / decode_s
+    src = KVPool(cfg, 4096, device="cpu", dtype=dtype)
+    dst = KVPool(cfg, 4096, device="cpu", dtype=dtype)
+    copies = []
+    for n in (256, 4096):
+        slots = list(range(n))
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            copy_slots(src, slots, dst, slots)
+            best = min(best, time.perf_counter() - t)
+        copies.append((n, best))
+    link_latency, link_per_token = fit_line([c[0] for c in copies], [c[1] for c in copies])
+    link_bw = mprof.kv_bytes_per_token / link_per_token
+    hw = HardwareProfile(
+        name=f"calibrated-{engine.model_name}", peak_flops=flops, mem_bandwidth=mem_bw, memory_bytes=1e12,
+        link_bandwidth=link_bw, mem_fraction=1.0, link_efficiency=1.0, link_latency_s=max(0.0, link_latency),
+        compute_efficiency=1.0, memory_efficiency=1.0, step_overhead_s=overhead,
+        description="this machine, measured through the embedded engine by kvflow bench calibrate",
+    )
+    raw = {"prefill_points": points, "decode_step_s": decode_s, "copy_points": copies}
+    return hw, mprof, raw
+
+
+def compare(model: str, hw: HardwareProfile, mprof: ModelProfile, *, agents: int, fixed: int, rounds: int,
+            output: int = 16, dynamic: int = 16) -> dict[str, Any]:
+    """Run the synthetic sequential workflow on the real engine and on the simulator (system kvflow,
+    same pools); returns both end-to-end times and the relative error."""
+    from .simulate import simulate
+    from .systems import SYSTEMS
+    from .workloads import synthetic
+
+    device = agents * fixed // 2 + 2 * (fixed + dynamic + output)
+    host = 4 * agents * (fixed + dynamic + output)
+    workload = synthetic(fixed=fixed, dynamic=dynamic, output=output, n_agents=agents, rounds=rounds)
+    submitted: list[Any] = []
+    from .engine import ServingSim
+
+    original = ServingSim.submit
+
+    def recording(self, request):  # the exact request sequence the simulated orchestrator sends
+        submitted.append(request)
+        original(self, request)
+
+    ServingSim.submit = recording
+    try:
+        sim = simulate(SYSTEMS["kvflow"], workload, hw, mprof, device_tokens=device, host_tokens=host)
+    finally:
+        ServingSim.submit = original
+    warm = len(workload.instances[0].spec.fixed)
+    engine = _engine(model, device_tokens=device, host_tokens=host)
+
+    async def run() -> float:
+        await engine.start()
+        try:
+            for r in submitted[:warm]:
+                await _generate(engine, r.prompt, len(r.output), r.hint, r.fixed_tokens)
+            t = time.perf_counter()
+            for r in submitted[warm:]:
+                await _generate(engine, r.prompt, len(r.output), r.hint, r.fixed_tokens)
+            return time.perf_counter() - t
+        finally:
+            await engine.shutdown()
+
+    real = asyncio.run(run())
+    return {"real_s": real, "simulated_s": sim.latency_s, "error": sim.latency_s / real - 1.0,
+            "calls": len(submitted) - warm, "device_tokens": device, "host_tokens": host,
+            "agents": agents, "fixed": fixed, "rounds": rounds, "output": output, "dynamic": dynamic}
+
+
+def main(args: argparse.Namespace) -> int:
+    hw, mprof, raw = measure(args.model)
+    out = args.out or Path("benchmarks/results") / f"calibrated-{mprof.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(hw.to_json(), indent=1) + "\n")
+    model_out = out.with_name(out.stem + ".model.json")
+    model_out.write_text(json.dumps(mprof.to_json(), indent=1) + "\n")
+    print(f"model {mprof.name}: {mprof.params / 1e6:.2f}M matmul params, {mprof.kv_bytes_per_token} KV bytes/token")
+    print("prefill (tokens, s): " + ", ".join(f"({n}, {t:.4f})" for n, t in raw["prefill_points"]))
+    print(f"decode step at batch 1: {raw['decode_step_s'] * 1e3:.2f} ms")
+    print(f"fitted: {hw.peak_flops / 1e9:.1f} GFLOP/s, {hw.mem_bandwidth / 1e9:.1f} GB/s, "
+          f"step overhead {hw.step_overhead_s * 1e3:.2f} ms, copy {hw.link_bandwidth / 1e9:.2f} GB/s "
+          f"+ {hw.link_latency_s * 1e6:.0f} us")
+    print(f"wrote {out} and {model_out} (use: kvflow bench sim --hardware {out} --model {model_out})")
+    if args.compare:
+        result = compare(args.model, hw, mprof, agents=args.agents, fixed=args.fixed, rounds=args.rounds)
+        ok = abs(result["error"]) <= 0.20
+        print(f"synthetic {result['agents']} agents x {result['rounds']} rounds, fixed {result['fixed']}: "
+              f"real {result['real_s']:.2f}s, simulated {result['simulated_s']:.2f}s, "
+              f"error {result['error']:+.1%} ({'PASS' if ok else 'FAIL'}: target within 20%)")
+        report = out.with_name(out.stem + ".compare.json")
+        report.write_text(json.dumps(result, indent=1) + "\n")
+    return 0

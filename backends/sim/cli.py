@@ -1,0 +1,150 @@
+"""``kvflow bench``: simulate workflows on a hardware profile, replay recorded traces, calibrate.
+
+    kvflow bench sim [--standard] [--hardware H] [--model M] [--workload W] [--fixed N ...]
+                     [--output N ...] [--branches N ...] [--instances N ...] [--systems S ...]
+                     [--device-tokens N] [--host-tokens N] [--out DIR] [--no-plots]
+    kvflow bench replay TRACE [--hardware H] [--model M] [--systems S ...] [--out DIR]
+    kvflow bench calibrate [--model tiny-random|smollm2-135m|DIR] [--out PROFILE.json] [--compare]
+
+Every run prints the table (system x config: latency, speedup over hicache and gpu-only, gap to
+infinite, device-hit ratio) and writes ``results.json`` plus one PNG per group under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .profiles import ProfileError, available_profiles, load_hardware, load_model
+from .systems import SYSTEM_NAMES
+
+__all__ = ["add_arguments", "main"]
+
+DEFAULT_OUT = Path("benchmarks/results")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hardware", default="h100-sxm", help="bundled name (%s) or a profile .json"
+                   % ", ".join(available_profiles()["hardware"]))
+    p.add_argument("--model", default="qwen2.5-32b", help="bundled name (%s) or a profile .json"
+                   % ", ".join(available_profiles()["model"]))
+    p.add_argument("--systems", nargs="+", default=list(SYSTEM_NAMES), choices=SYSTEM_NAMES, metavar="SYSTEM",
+                   help="systems to compare (default: all of %s)" % ", ".join(SYSTEM_NAMES))
+    p.add_argument("--device-tokens", type=int, default=None, help="cap the device KV pool (tokens)")
+    p.add_argument("--host-tokens", type=int, default=None, help="host KV pool (tokens)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, help=f"result folder (default {DEFAULT_OUT}/<name>)")
+    p.add_argument("--no-plots", action="store_true", help="skip the matplotlib PNGs")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="bench_command", metavar="{sim,replay,calibrate}")
+    sim = sub.add_parser("sim", help="simulate workflows on a hardware profile")
+    _common(sim)
+    sim.add_argument("--standard", action="store_true",
+                     help="run the standard sweep (the committed benchmarks/results); other workload flags are ignored")
+    sim.add_argument("--workload", default="synthetic", choices=("synthetic", "concurrent", "metagpt", "peer"))
+    sim.add_argument("--fixed", type=int, nargs="+", default=[4096])
+    sim.add_argument("--dynamic", type=int, default=None, help="dynamic tokens (default 32; 256 concurrent/graphs)")
+    sim.add_argument("--output", type=int, nargs="+", default=[32])
+    sim.add_argument("--branches", type=int, nargs="+", default=[1])
+    sim.add_argument("--instances", type=int, nargs="+", default=[1])
+    sim.add_argument("--agents", type=int, default=10)
+    sim.add_argument("--rounds", type=int, default=None, help="rounds (default 10; 2 for concurrent)")
+    rep = sub.add_parser("replay", help="replay a `kvflow run --record` trace")
+    rep.add_argument("trace", type=Path)
+    _common(rep)
+    cal = sub.add_parser("calibrate", help="measure the embedded engine and write a hardware profile")
+    cal.add_argument("--model", default="tiny-random", help="embedded engine model (tiny-random, smollm2-135m, DIR)")
+    cal.add_argument("--out", type=Path, default=None, help="profile to write (default benchmarks/results/calibrated-<model>.json)")
+    cal.add_argument("--compare", action="store_true",
+                     help="also run the synthetic workflow on the engine and on the simulator and report the error")
+    cal.add_argument("--agents", type=int, default=4)
+    cal.add_argument("--fixed", type=int, default=256)
+    cal.add_argument("--rounds", type=int, default=2)
+
+
+def main(args: argparse.Namespace) -> int:
+    command = getattr(args, "bench_command", None)
+    if command is None:
+        print("kvflow bench: choose a subcommand: sim, replay or calibrate (see kvflow bench -h)", file=sys.stderr)
+        return 2
+    try:
+        if command == "calibrate":
+            from .calibrate import main as calibrate_main
+
+            return calibrate_main(args)
+        return _simulate(args)
+    except (ProfileError, ValueError, OSError) as exc:
+        print(f"kvflow bench {command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _scenarios(args: argparse.Namespace):
+    from .sweep import Scenario, standard_scenarios
+    from .workloads import from_workflow, synthetic
+
+    if args.bench_command == "replay":
+        from .replay import load_trace
+
+        w = load_trace(args.trace, seed=args.seed)
+        hw, model = load_hardware(args.hardware), load_model(args.model)
+        return "replay", [Scenario("replay", hw, model, w, args.device_tokens, args.host_tokens)]
+    if args.standard:
+        return "standard", standard_scenarios(args.seed)
+    hw, model = load_hardware(args.hardware), load_model(args.model)
+    out = []
+    concurrent = args.workload == "concurrent"
+    dynamic = args.dynamic if args.dynamic is not None else (256 if args.workload != "synthetic" else 32)
+    for n in args.instances:
+        if args.workload in ("metagpt", "peer"):
+            import importlib
+
+            wf = getattr(importlib.import_module(f"workflows.{args.workload}"), args.workload)()
+            w = from_workflow(wf, name=args.workload, dynamic=dynamic, output=args.output[0],
+                              loop_limit=args.rounds or 3, instances=n, tenant_header=1024, seed=args.seed)
+            out.append(Scenario(args.workload, hw, model, w, args.device_tokens, args.host_tokens))
+            continue
+        for branches in args.branches:
+            for output in args.output:
+                for fixed in args.fixed:
+                    w = synthetic(fixed=fixed, dynamic=dynamic, output=output, branches=branches, n_agents=args.agents,
+                                  rounds=args.rounds or (2 if concurrent else 10), instances=n, seed=args.seed)
+                    out.append(Scenario(args.workload, hw, model, w, args.device_tokens, args.host_tokens))
+    return args.workload, out
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from .report import format_table, plot, rows, write_json
+    from .sweep import run_scenarios
+    from .targets import check_targets
+
+    name, scenarios = _scenarios(args)
+    out = args.out or (DEFAULT_OUT / name)
+    start = time.perf_counter()
+
+    def progress(sr) -> None:
+        print(f"  {sr.scenario.group:<24} {sr.scenario.workload.name:<12} "
+              f"{sr.scenario.model.name} on {sr.scenario.hardware.name}: {sr.wall_s:.1f}s", file=sys.stderr)
+
+    results = run_scenarios(scenarios, args.systems, progress)
+    wall = time.perf_counter() - start
+    table = rows(results)
+    print(format_table(table))
+    checks = check_targets(results, wall if name == "standard" else None)
+    if checks:
+        print("\nTargets")
+        for check in checks:
+            print(f"  {'PASS' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
+    meta = {"command": "kvflow bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else None,
+            "wall_s": wall, "scenarios": len(scenarios), "systems": list(args.systems),
+            "targets": [c._asdict() for c in checks]}
+    path = write_json(table, meta, out / "results.json")
+    written = [path]
+    if not args.no_plots:
+        written += plot(results, out)
+    print(f"\n{len(scenarios)} scenarios x {len(args.systems)} systems in {wall:.1f}s; wrote "
+          + ", ".join(str(p) for p in written))
+    return 0
