@@ -79,6 +79,7 @@ class HintTable:
         self._workflows: OrderedDict[tuple[str, str], tuple[float, dict[str, float]]] = OrderedDict()
         # (ns, agent) -> {wf: steps}: the index that makes the min over workflows cheap.
         self._by_agent: dict[AgentRef, dict[str, float]] = {}
+        self._ns_agents: dict[str, set[str]] = {}  # namespace -> agents named by a live workflow
         self._fixed_tokens: OrderedDict[AgentRef, int] = OrderedDict()
         self._effective: dict[str, dict[str, float]] = {}  # namespace -> capped steps (cache)
 
@@ -105,6 +106,7 @@ class HintTable:
         self._entries += len(clean)
         for agent, value in clean.items():
             self._by_agent.setdefault((namespace, agent), {})[workflow_id] = value
+            self._ns_agents.setdefault(namespace, set()).add(agent)
         self._effective.pop(namespace, None)
         self.version += 1
         while len(self._workflows) > self.max_workflows or self._entries > self.max_entries:
@@ -153,6 +155,10 @@ class HintTable:
                 per.pop(wf, None)
                 if not per:
                     del self._by_agent[(namespace, agent)]
+                    names = self._ns_agents[namespace]
+                    names.discard(agent)
+                    if not names:
+                        del self._ns_agents[namespace]
         self._effective.pop(namespace, None)
         self.version += 1
         return True
@@ -180,7 +186,7 @@ class HintTable:
 
     def agents(self) -> Iterator[tuple[AgentRef, float]]:
         """Every agent with finite effective steps, as ``(ref, steps)``."""
-        for namespace in {ns for ns, _ in self._by_agent}:
+        for namespace in list(self._ns_agents):
             self.steps((namespace, ""))
             for agent, value in self._effective[namespace].items():
                 yield (namespace, agent), value
@@ -197,8 +203,8 @@ class HintTable:
     def _compute_effective(self, namespace: str) -> dict[str, float]:
         finite = sorted(
             (value, agent)
-            for (ns, agent), per in self._by_agent.items()
-            if ns == namespace and (value := min(per.values())) != INF
+            for agent in self._ns_agents.get(namespace, ())
+            if (value := min(self._by_agent[(namespace, agent)].values())) != INF
         )
         table: dict[str, float] = {}
         used = 0

@@ -12,7 +12,7 @@ from backends.kvcache import (
 )
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
-from conftest import put
+from kvcache_helpers import put
 
 SYS = (1, 2, 3, 4)          # system prompt shared by every agent
 FIXED = {"A": SYS + (10, 11), "B": SYS + (20, 21), "C": SYS + (30, 31)}

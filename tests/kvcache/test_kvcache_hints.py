@@ -9,7 +9,7 @@ import pytest
 from backends.kvcache import TIER_UNHINTED, HintError, HintTable, Segmenter, kvflow_key
 from kvflow_orch.protocol import MAX_AGENTS, KVFlowHint, StepsUpdate
 
-from conftest import FakeClock, put
+from kvcache_helpers import FakeClock, put
 
 
 def test_concurrent_workflows_combine_by_min_and_done_forgets():

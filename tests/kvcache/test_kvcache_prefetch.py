@@ -7,7 +7,7 @@ import pytest
 from backends.kvcache import NodeState, UnknownTaskError
 from kvflow_orch.protocol import StepsUpdate
 
-from conftest import put
+from kvcache_helpers import put
 
 
 def agent_tokens(agent: str, n: int = 8) -> list[int]:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from backends.kvcache import CacheConfig, CacheError, KVCache, LockError
 from kvflow_orch.protocol import StepsUpdate
 
-from conftest import FakeClock
+from kvcache_helpers import FakeClock
 
 AGENTS = ["a", "b", "c"]
 # Agent-like prompts (shared system prefix, per-agent part, short random suffix) over a small

@@ -8,7 +8,7 @@ from backends.kvcache import (
     CacheError, LockError, NodeState, SlotAllocator, SlotError,
 )
 
-from conftest import put
+from kvcache_helpers import put
 
 
 def test_allocator_hands_out_distinct_slots_and_rejects_double_free():
