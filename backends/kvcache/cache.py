@@ -68,7 +68,7 @@ class KVCache(EvictionMixin, TransferMixin):
             ttl_s=config.hint_ttl_s, clock=clock, cap_tokens=config.effective_namespace_cap,
             max_workflows=config.max_workflows, max_agents=config.max_tracked_agents,
         )
-        self.segmenter = Segmenter(config.segment_history, config.max_tracked_agents)
+        self.segmenter = Segmenter(config.segment_history, config.max_tracked_agents, config.tracked_tokens)
         self.policy = policy or make_policy(config.policy, self.hints, **dict(policy_options or {}))
         self.stats = CacheStats()
         self._tick = 0  # logical time of last access: total order, independent of the clock
@@ -78,6 +78,7 @@ class KVCache(EvictionMixin, TransferMixin):
         self._held: set[int] = set()          # device slots handed to the caller
         self._direct_locks: Counter[int] = Counter()
         self._fixed: OrderedDict[AgentRef, tuple[int, ...]] = OrderedDict()  # agent -> fixed tokens
+        self._fixed_total = 0  # tokens held in _fixed (bounded by config.tracked_tokens)
         self._device_leaves: set[Node] = set()  # on device, no child on device
         self._host_leaves: set[Node] = set()    # host only, no children
         self._untag_epoch = 0                   # bumped when tags are removed (keys may drop)
@@ -279,27 +280,31 @@ class KVCache(EvictionMixin, TransferMixin):
 
     def _tag_fixed_prefix(self, ref: AgentRef, fixed: tuple[int, ...]) -> None:
         old = self._fixed.pop(ref, None)
-        if old is not None and old != fixed:
-            self._untag_epoch += 1
-            for node in self._covering(old):
-                if node.tags:
-                    node.tags.discard(ref)
+        if old is not None:
+            self._fixed_total -= len(old)
+            if old != fixed:
+                self._untag(ref, old)
         if not fixed:
             self.hints.note_fixed_tokens(ref, 0)
             return
         self._fixed[ref] = fixed
-        while len(self._fixed) > self.config.max_tracked_agents:
-            gone, tokens = self._fixed.popitem(last=False)
-            self._untag_epoch += 1
-            for node in self._covering(tokens):
-                if node.tags:
-                    node.tags.discard(gone)
+        self._fixed_total += len(fixed)
+        while len(self._fixed) > self.config.max_tracked_agents or self._fixed_total > self.config.tracked_tokens:
+            gone, tokens = self._fixed.popitem(last=False)  # least recently seen agent
+            self._fixed_total -= len(tokens)
+            self._untag(gone, tokens)
         path, matched = self.tree.walk(fixed)  # splits the node at the boundary
         for node in path:
             if node.tags is None:
                 node.tags = set()
             node.tags.add(ref)
         self.hints.note_fixed_tokens(ref, len(fixed))
+
+    def _untag(self, ref: AgentRef, fixed: tuple[int, ...]) -> None:
+        self._untag_epoch += 1
+        for node in self._covering(fixed):
+            if node.tags:
+                node.tags.discard(ref)
 
     def _covering(self, tokens: tuple[int, ...]) -> list[Node]:
         """Nodes along ``tokens`` without splitting (the last may extend past the end)."""

@@ -23,6 +23,8 @@ class CacheConfig:
     * ``segment_history``: how many recent requests per agent the segmentation heuristic compares.
     * ``max_tracked_agents`` / ``max_workflows``: memory bounds of the hint and segmentation tables;
       the least recently used entry is forgotten beyond them.
+    * ``max_tracked_tokens``: bound on the prompt tokens the segmentation history and the fixed-prefix
+      table keep (each); ``None`` means max(4 x device_tokens, 2**20).
     """
 
     device_tokens: int
@@ -37,6 +39,7 @@ class CacheConfig:
     segment_history: int = 2
     max_tracked_agents: int = 65536
     max_workflows: int = 16384
+    max_tracked_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.device_tokens <= 0:
@@ -55,10 +58,18 @@ class CacheConfig:
             raise ValueError(f"segment_history must be >= 2, got {self.segment_history}")
         if self.max_tracked_agents <= 0 or self.max_workflows <= 0:
             raise ValueError("max_tracked_agents and max_workflows must be > 0")
+        if self.max_tracked_tokens is not None and self.max_tracked_tokens <= 0:
+            raise ValueError(f"max_tracked_tokens must be > 0, got {self.max_tracked_tokens}")
 
     @property
     def has_host_tier(self) -> bool:
         return self.host_tokens > 0
+
+    @property
+    def tracked_tokens(self) -> int:
+        if self.max_tracked_tokens is None:
+            return max(4 * self.device_tokens, 1 << 20)
+        return self.max_tracked_tokens
 
     @property
     def effective_namespace_cap(self) -> int:

@@ -24,15 +24,17 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class Segmenter:
-    """Remembers the last ``history`` requests of each agent (at most ``max_agents`` agents, least
-    recently seen forgotten first)."""
+    """Remembers the last ``history`` requests of each agent: at most ``max_agents`` agents and
+    ``max_tokens`` tokens in all, the least recently seen agent forgotten first."""
 
-    def __init__(self, history: int = 2, max_agents: int = 65536) -> None:
+    def __init__(self, history: int = 2, max_agents: int = 65536, max_tokens: int = 1 << 22) -> None:
         if history < 2:
             raise ValueError(f"segmentation needs a history of at least 2 requests, got {history}")
         self.history = history
         self.max_agents = max_agents
+        self.max_tokens = max_tokens
         self._recent: OrderedDict[AgentRef, deque[tuple[int, ...]]] = OrderedDict()
+        self._tokens = 0
 
     def observe(self, ref: AgentRef, tokens: Sequence[int], explicit: int | None = None) -> int:
         """Record one request of ``ref`` and return its fixed-prefix length in tokens.
@@ -45,10 +47,14 @@ class Segmenter:
         recent = self._recent.pop(ref, None)
         if recent is None:
             recent = deque(maxlen=self.history)
+        if len(recent) == self.history:
+            self._tokens -= len(recent[0])
         recent.append(tokens)
+        self._tokens += len(tokens)
         self._recent[ref] = recent
-        while len(self._recent) > self.max_agents:
-            self._recent.popitem(last=False)
+        while len(self._recent) > 1 and (len(self._recent) > self.max_agents or self._tokens > self.max_tokens):
+            _, gone = self._recent.popitem(last=False)
+            self._tokens -= sum(len(t) for t in gone)
         if explicit is not None:
             return min(explicit, len(tokens))
         if len(recent) < 2:
@@ -56,4 +62,10 @@ class Segmenter:
         return min(common_prefix_len(tokens, other) for other in list(recent)[:-1])
 
     def forget(self, ref: AgentRef) -> None:
-        self._recent.pop(ref, None)
+        gone = self._recent.pop(ref, None)
+        if gone:
+            self._tokens -= sum(len(t) for t in gone)
+
+    @property
+    def token_count(self) -> int:
+        return self._tokens

@@ -130,3 +130,17 @@ def test_segmentation_tags_the_inferred_fixed_prefix(make_cache):
     assert cache.fixed_prefix(ref) == (1, 2, 70)
     assert ref not in (cache.match_prefix([1, 2, 3, 4]).last_node.tags or set())
     assert cache.hints.fixed_tokens(ref) == 3
+
+
+def test_segmentation_and_fixed_prefix_memory_is_bounded_in_tokens(make_cache):
+    seg = Segmenter(history=2, max_tokens=100)
+    for i in range(20):
+        seg.observe(("ns", f"a{i}"), [i] * 30)
+        assert seg.token_count <= 100
+    assert seg.observe(("ns", "a19"), [19] * 30) == 30  # the most recent agent is still known
+    assert seg.observe(("ns", "a0"), [0] * 30) == 0     # the oldest was forgotten
+    cache = make_cache(device_tokens=64, max_tracked_tokens=20)
+    for agent in "abc":
+        put(cache, [ord(agent)] * 8 + [1], agent=("ns", agent), fixed=8)
+    assert cache.fixed_prefix(("ns", "a")) is None and cache.fixed_prefix(("ns", "c")) == (ord("c"),) * 8
+    assert cache.match_prefix([ord("a")] * 8).last_node.tags == set()  # its tags went with it
