@@ -20,7 +20,11 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     """``logits`` is one row ``[vocab]``."""
     if params.temperature == 0 or generator is None:
         return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float().cpu() / params.temperature, dim=-1)
+    # In float64 (a float32 temperature under 1e-45 is 0) and shifted by the max before dividing: a tiny
+    # temperature then sends the other logits to -inf instead of every logit to +-inf, whose softmax is
+    # NaN and made multinomial raise.
+    row = logits.double().cpu()
+    probs = torch.softmax((row - row.max()) / params.temperature, dim=-1)
     if params.top_p < 1.0:
         sorted_probs, order = probs.sort(descending=True)
         # keep the smallest head whose mass reaches top_p (always at least the top token)

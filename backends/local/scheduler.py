@@ -268,7 +268,12 @@ class Scheduler:
                 self._fail(state, exc)
             return True
         for state, row in zip(batch, logits):
-            self._emit(state, sample(row, state.request.sampling, state.generator))
+            try:
+                token = sample(row, state.request.sampling, state.generator)
+            except Exception as exc:  # fail this request only; raising here would stall the whole batch forever
+                self._fail(state, exc)
+                continue
+            self._emit(state, token)
         return True
 
     # ---- endings ------------------------------------------------------------------------
