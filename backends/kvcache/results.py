@@ -53,7 +53,10 @@ class EvictResult(NamedTuple):
 
 class LoadTask(NamedTuple):
     """Copy host rows ``host_slots[i]`` into device rows ``device_slots[i]``, then call
-    ``KVCache.complete_load(task)`` (or ``fail_load(task)``: the nodes go back to host-only)."""
+    ``KVCache.complete_load(task)`` (or ``fail_load(task)``: the nodes go back to host-only).
+
+    ``node_ids`` are the nodes at planning time (informative: a later split adds nodes that the
+    cache tracks itself); the slots never change."""
 
     task_id: int
     node_ids: tuple[int, ...]
