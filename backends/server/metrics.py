@@ -24,6 +24,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_]")
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 class ServerMetrics:
     """Thread-safe request counters; ``known_paths`` bounds the ``path`` label."""
 
@@ -44,6 +47,7 @@ class ServerMetrics:
 
     def end(self, method: str, path: str, status: int, seconds: float) -> None:
         path = self.label(path)
+        method = method if method in _METHODS else "other"  # clients choose methods: bound the label too
         with self._lock:
             self.in_flight -= 1
             self._count[(method, path, status)] += 1

@@ -67,12 +67,14 @@ class ThreadServer:
             time.sleep(0.01)
         self._server, self._thread, self._sock = server, thread, sock
 
-    def kill(self) -> None:
-        """Stop at once: stop listening, drop connections, do not wait for requests in flight."""
+    def kill(self, *, graceful: bool = False) -> None:
+        """Stop at once: stop listening, drop connections, do not wait for requests in flight (with
+        ``graceful``, let them finish and run the app's shutdown normally)."""
         server, thread, sock = self._server, self._thread, self._sock
         if server is None:
             return
-        server.should_exit = server.force_exit = True
+        server.should_exit = True
+        server.force_exit = not graceful
         if thread is not None:
             thread.join(timeout=30)
         if sock is not None:
@@ -98,7 +100,7 @@ def live_server(
     try:
         yield Live(server.url, engine, server)
     finally:
-        server.kill()
+        server.kill(graceful=True)
 
 
 def wait_idle(client: httpx.Client, timeout_s: float = 15.0) -> dict[str, Any]:

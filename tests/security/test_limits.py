@@ -1,10 +1,12 @@
 """Size limits a client cannot get around: request bodies (413, declared or chunked, on every POST route),
-hint sizes at their exact boundaries (422 one past them), and the hint table's memory bound.
+hint sizes at their exact boundaries (422 one past them), and the memory bounds of the hint table and
+of the metrics' label sets.
 
 tests/server covers the everyday bad-input cases; these pin the boundaries and the bypass attempts."""
 
 from __future__ import annotations
 
+import socket
 from typing import Iterator
 
 import httpx
@@ -83,3 +85,17 @@ def test_hint_table_memory_is_bounded_in_entries_not_only_workflows() -> None:
     assert table.raw_steps(("tenant", f"0-{'x' * 200}-0")) == float("inf")  # the oldest is gone
     table.forget("tenant", "wf-9")
     assert table.entry_count == 2 * MAX_AGENTS
+
+
+def test_metrics_labels_stay_bounded_whatever_methods_and_paths_clients_send(live: Live, client: httpx.Client) -> None:
+    # Regression: the method label was taken from the request as is, so every made-up method a client
+    # sent added three /metrics series forever (300 methods -> 900 lines).
+    host, port = live.url.removeprefix("http://").split(":")
+    lines_before = len(client.get("/metrics").text.splitlines())
+    for i in range(40):
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(f"BOGUS{i} /made-up/{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+            assert sock.recv(4096).startswith(b"HTTP/1.1 4")
+    text = client.get("/metrics").text
+    assert "BOGUS" not in text and "made-up" not in text
+    assert len(text.splitlines()) <= lines_before + 6  # at most one new (method="other", path="other") family
