@@ -173,3 +173,16 @@ def test_eviction_order_agrees_with_sorting_by_kvflow_key(make_cache):
         cache.evict_device(1)
         assert victim.device is None and victim.state is not NodeState.DEVICE
     assert math.isinf(cache.hints.steps(("ns", "nobody")))
+
+
+def test_expired_workflow_falls_back_to_lru_at_the_next_eviction(make_cache, clock):
+    cache = make_cache(device_tokens=64)
+    build_workflow(cache)
+    cache.apply_steps(StepsUpdate(workflow_id="old", namespace="ns", steps={"A": 0, "B": 1}))
+    clock.now += 300
+    cache.apply_steps(StepsUpdate(workflow_id="new", namespace="ns", steps={"C": 5}))
+    clock.now += 301  # "old" is past its 600 s TTL; nobody called expire() explicitly
+    order = evict_order(cache)
+    # A and B lost their steps: they go (LRU: A older) before C, protected by the live workflow.
+    assert order[3:] == [FIXED["A"], FIXED["B"], FIXED["C"], SYS]
+    assert cache.hints.workflow_count == 1
