@@ -34,21 +34,20 @@ from .errors import CacheError, LockError
 from .hints import AgentRef, HintTable
 from .policy import EvictionPolicy, make_policy
 from .radix import Node, RadixTree
-from .results import (
-    Admission, Allocation, InsertResult, LoadTask, MatchResult, OffloadTask,
-)
 from .eviction import NO_EVICTION, EvictionMixin
 from .integrity import check_integrity
 from .leafqueue import LeafQueue
 from .prefetch import PrefetchPlan, plan_prefetch
+from .results import Admission, Allocation, InsertResult, LoadTask, MatchResult, OffloadTask
 from .segment import Segmenter
-from .transfer import TransferMixin
 from .stats import CacheStats
+from .tagging import TaggingMixin
+from .transfer import TransferMixin
 
 __all__ = ["KVCache"]
 
 
-class KVCache(EvictionMixin, TransferMixin):
+class KVCache(EvictionMixin, TransferMixin, TaggingMixin):
     def __init__(
         self,
         config: CacheConfig,
@@ -273,50 +272,6 @@ class KVCache(EvictionMixin, TransferMixin):
     def apply_steps(self, update: StepsUpdate) -> None:
         """Apply ``POST /kvflow/v1/steps``; ``done`` forgets the workflow."""
         self.hints.apply_steps(update)
-
-    def fixed_prefix(self, agent: AgentRef) -> tuple[int, ...] | None:
-        """The agent's current fixed-prefix tokens (``None`` when unknown)."""
-        return self._fixed.get(agent)
-
-    def _tag_fixed_prefix(self, ref: AgentRef, fixed: tuple[int, ...]) -> None:
-        old = self._fixed.pop(ref, None)
-        if old is not None:
-            self._fixed_total -= len(old)
-            if old != fixed:
-                self._untag(ref, old)
-        if not fixed:
-            self.hints.note_fixed_tokens(ref, 0)
-            return
-        self._fixed[ref] = fixed
-        self._fixed_total += len(fixed)
-        while len(self._fixed) > self.config.max_tracked_agents or self._fixed_total > self.config.tracked_tokens:
-            gone, tokens = self._fixed.popitem(last=False)  # least recently seen agent
-            self._fixed_total -= len(tokens)
-            self._untag(gone, tokens)
-        path, matched = self.tree.walk(fixed)  # splits the node at the boundary
-        for node in path:
-            if node.tags is None:
-                node.tags = set()
-            node.tags.add(ref)
-        self.hints.note_fixed_tokens(ref, len(fixed))
-
-    def _untag(self, ref: AgentRef, fixed: tuple[int, ...]) -> None:
-        self._untag_epoch += 1
-        for node in self._covering(fixed):
-            if node.tags:
-                node.tags.discard(ref)
-
-    def _covering(self, tokens: tuple[int, ...]) -> list[Node]:
-        """Nodes along ``tokens`` without splitting (the last may extend past the end)."""
-        out, node, pos = [], self.tree.root, 0
-        while pos < len(tokens):
-            child = node.children.get(tokens[pos])
-            if child is None or tokens[pos:pos + len(child)] != child.key[:len(tokens) - pos]:
-                break
-            out.append(child)
-            pos += len(child)
-            node = child
-        return out
 
     # ---- helpers shared with eviction / prefetch ----------------------------------------
     def _touch(self, nodes: Iterable[Node]) -> None:
