@@ -132,17 +132,18 @@ def _simulate(args: argparse.Namespace) -> int:
     results = run_scenarios(scenarios, args.systems, progress)
     wall = time.perf_counter() - start
     table = rows(results)
-    print(format_table(table))
     checks = check_targets(results, wall if name == "standard" else None)
+    summary = format_table(table)
     if checks:
-        print("\nTargets")
-        for check in checks:
-            print(f"  {'PASS' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
+        summary += "\n\nTargets\n" + "\n".join(
+            f"  {'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}" for c in checks)
+    print(summary)
     meta = {"command": "kvflow bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else None,
             "wall_s": wall, "scenarios": len(scenarios), "systems": list(args.systems),
             "targets": [c._asdict() for c in checks]}
     path = write_json(table, meta, out / "results.json")
-    written = [path]
+    (out / "summary.txt").write_text(summary + "\n")
+    written = [path, out / "summary.txt"]
     if not args.no_plots:
         written += plot(results, out)
     print(f"\n{len(scenarios)} scenarios x {len(args.systems)} systems in {wall:.1f}s; wrote "

@@ -25,7 +25,8 @@ def config_label(sr: ScenarioResult) -> str:
         if lab.get("instances", 1) > 1 or s.group.startswith("concurrent"):
             text += f" x{lab['instances']}"
     else:
-        text = f"{s.workload.name} x{lab.get('instances', 1)}"
+        name = s.workload.name.removeprefix("replay:").removesuffix(".jsonl")
+        text = f"{name} x{lab.get('instances', 1)}"
     if "@" in s.hardware.name:
         text += f" @{s.hardware.effective_link_bandwidth / 1e9:g}GB/s"
     return text
@@ -119,13 +120,15 @@ def plot(results: Sequence[ScenarioResult], outdir: Path, prefix: str = "") -> l
             xs = [k + (i - (len(systems) - 1) / 2) * width for k in range(len(items))]
             ax.bar(xs, ys, width, label=name, color=COLORS[name])
         ax.axhline(1.0, color="black", linewidth=0.6)
+        top = max((_ratio(sr.latency("gpu-only"), sr.latency(n)) or 0.0) for sr in items for n in systems)
+        ax.set_ylim(0, top * 1.3)  # headroom for the legend
         ax.set_xticks(range(len(items)))
         ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
         ax.set_ylabel("speedup over gpu-only", fontsize=8)
         first = items[0].scenario
         ax.set_title(f"{group}: {first.model.name} on {first.hardware.name.split('@')[0]}", fontsize=9)
         ax.tick_params(axis="y", labelsize=7)
-        ax.legend(fontsize=6, ncol=3, frameon=False)
+        ax.legend(fontsize=6, ncol=6, frameon=False, loc="upper center")
         fig.tight_layout()
         path = outdir / f"{prefix}{group}.png"
         fig.savefig(path, dpi=90)
