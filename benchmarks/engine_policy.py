@@ -12,6 +12,9 @@ configuration; "steady" times rounds 1+.
 On a CPU "device" and "host" are both main memory, so a host reload is a memcpy: the policies differ
 mostly in what they must recompute. With ``--host-tokens 0`` that difference is the whole story.
 
+Takes about 3 minutes on 2 idle cores with SmolLM2 (7 on a busy shared machine); ``--model tiny-random``
+runs in seconds.
+
     python benchmarks/engine_policy.py [--model smollm2-135m] [--agents 6] [--fixed 512] [--dynamic 32]
         [--output 32] [--rounds 3] [--host-tokens N]
 """

@@ -91,8 +91,9 @@ class Engine:
             self._wake.clear()
             try:
                 progressed = scheduler.step()
-            except Exception:  # keep serving; the step's requests were failed where possible
+            except Exception as exc:  # keep serving: end what was in flight (slots freed), not the loop
                 log.exception("engine step failed")
+                scheduler.fail_all(EngineError(f"internal engine error: {type(exc).__name__}: {exc}"))
                 progressed = False
             if not progressed:
                 self._wake.wait(_IDLE_WAIT_S)

@@ -113,10 +113,14 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or not self._inbox.empty())
 
+    def fail_all(self, exc: BaseException) -> None:
+        """End every queued and running request with ``exc`` (after an unexpected loop error)."""
+        for state in list(self.waiting) + list(self.running):
+            self._fail(state, exc)
+
     def shutdown(self) -> None:
         self._drain_inbox()
-        for state in list(self.waiting) + list(self.running):
-            self._fail(state, EngineError("the engine shut down"))
+        self.fail_all(EngineError("the engine shut down"))
         if self.worker is not None:
             self.worker.stop()
             self._finish_loads()

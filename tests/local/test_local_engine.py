@@ -262,3 +262,21 @@ async def test_inspect_cache_runs_on_the_loop_thread(engine):
     with pytest.raises(ZeroDivisionError):
         await engine.inspect_cache(lambda cache: 1 / 0)
     assert (await engine.generate(chat(engine, "planner", "Again."))).finish_reason == "length"
+
+
+async def test_unexpected_loop_error_fails_requests_cleanly_and_keeps_serving(engine, monkeypatch):
+    # fault injection: a bug inside a step (outside any single request's forward)
+    scheduler = engine.scheduler
+    real = scheduler._decode
+
+    def broken() -> bool:
+        if not scheduler.running:
+            return real()
+        monkeypatch.setattr(scheduler, "_decode", real)
+        raise KeyError("simulated bug")
+
+    monkeypatch.setattr(scheduler, "_decode", broken)
+    with pytest.raises(EngineError, match="internal engine error: KeyError"):
+        await engine.generate(chat(engine, "planner", "Anything."))
+    assert_no_leak(engine)
+    assert (await engine.generate(chat(engine, "planner", "Anything."))).finish_reason == "length"
