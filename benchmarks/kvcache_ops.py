@@ -142,15 +142,17 @@ def sglang_op_cost(work: OpWorkload) -> dict[str, float] | None:
     class _NoPool:  # simulated mode: evicted values are token ids, nothing to give back
         device = "cpu"
 
-        def free(self, *_: object) -> None:
+        def free(self, *_: object, **__: object) -> None:
             pass
+
+        free_segment = free
 
     cache = RadixCache.create_simulated(mock_allocator=_NoPool())
 
     def insert(tokens: Sequence[int]) -> None:
         key = RadixKey(list(tokens))
         cached = cache.match_prefix(MatchPrefixParams(key=key)).device_prefix_len
-        short = cache.total_size() + len(tokens) - cached - work.device_tokens
+        short = cache.evictable_size() + cache.protected_size() + len(tokens) - cached - work.device_tokens
         if short > 0:
             cache.evict(EvictParams(num_tokens=short))
         cache.insert(InsertParams(key=key, value=None))

@@ -1,4 +1,4 @@
-"""Fixtures for the SGLang plugin tests: real SGLang 0.5.23 classes on CPU (see shims.py).
+"""Fixtures for the SGLang plugin tests: real SGLang 0.5.23 classes on CPU (see backends/sglang_kvflow/cpu_shims.py).
 
 Tests marked ``sglang`` are skipped, with the reason, where sglang is not importable (the main
 venv); they run in ``.venv-sglang`` (built by ``.ci/setup-sglang``). Importing sglang happens
@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def plugin() -> Any:
     """SGLang with the kvflow plugin loaded through its entry point, hooks applied."""
-    from tests.sglang.shims import install_hicache_shims, install_import_shims
+    from backends.sglang_kvflow.cpu_shims import install_hicache_shims, install_import_shims
 
     install_import_shims()
     from sglang.srt.plugins import load_plugins
@@ -115,6 +115,7 @@ class CacheRig:
         self.req_pool.free(req)
         if self.cache.cache_controller is not None:
             self.cache.writing_check(write_back=True)  # CPU copies are synchronous: settle backups
+        self.cache.sanity_check()  # SGLang's own tree invariants hold with the plugin's hooks
         return slots
 
     def write_kv(self, slots: Any) -> None:

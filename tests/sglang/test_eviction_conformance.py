@@ -105,6 +105,7 @@ def _evict_in_lockstep(rig, brain, *, host: bool, before_step=None) -> list[list
         else:
             rig.cache.evict(EvictParams(num_tokens=1))
             brain.evict_device(1)
+        rig.cache.sanity_check()
         ours, theirs = _sglang_held(rig, host=host), _brain_held(brain, host=host)
         assert ours == theirs, f"{tier} eviction {step} diverged: sglang {ours} vs backends.kvcache {theirs}"
         trajectory.append(ours)

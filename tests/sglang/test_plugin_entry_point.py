@@ -26,7 +26,7 @@ def test_load_plugins_in_a_fresh_process_registers_everything():
     script = textwrap.dedent("""
         import logging, os
         logging.basicConfig(level=logging.INFO)
-        from tests.sglang.shims import install_import_shims
+        from backends.sglang_kvflow.cpu_shims import install_import_shims
         install_import_shims()
         from sglang.srt.plugins import load_plugins
         load_plugins()

@@ -74,6 +74,7 @@ def test_prefetch_then_ready_with_the_offloaded_kv(make_rig, state):
     m = _match(rig, FIXED)
     assert m.device_prefix_len == len(FIXED)
     assert not is_ready(rig.cache, m.last_device_node)
+    rig.cache.sanity_check()  # SGLang's invariants hold with our load in flight
 
     adder = _adder(rig)
     waiting = _queued(rig, FIXED + [60, 61], _hint("A", {"A": 0}))
@@ -91,6 +92,7 @@ def test_prefetch_then_ready_with_the_offloaded_kv(make_rig, state):
     loaded = rig.kv_rows(rig.cache.path_device_indices(m.last_device_node))
     assert all((a == b).all() for a, b in zip(loaded, offloaded))
     assert prefetch_step(rig.cache) == 0, "already on device: nothing more to load"
+    rig.cache.sanity_check()
 
 
 def test_prefetch_respects_slots_inflight_cap_and_quota(make_rig, state):

@@ -1,4 +1,5 @@
-"""Shims that let SGLang 0.5.23's cache, scheduler and HTTP layers run on CPU torch (tests only).
+"""Shims that let SGLang 0.5.23's cache, scheduler and HTTP layers run on CPU torch: for the CPU
+tests and benchmarks only, never installed by the plugin itself (GPU builds need none of them).
 
 Nothing here is faked behaviour of kvflow: each shim stands in for a CUDA-only piece of the
 environment that cannot exist on this machine.
