@@ -65,7 +65,7 @@ class HintTable:
         cap_tokens: int | None = None,
         max_workflows: int = 16384,
         max_agents: int = 65536,
-        max_entries: int = 131072,
+        max_entries: int = 32768,
     ) -> None:
         self.ttl_s = ttl_s
         self.clock = clock
@@ -80,8 +80,12 @@ class HintTable:
         # (ns, agent) -> {wf: steps}: the index that makes the min over workflows cheap.
         self._by_agent: dict[AgentRef, dict[str, float]] = {}
         self._ns_agents: dict[str, set[str]] = {}  # namespace -> agents named by a live workflow
-        self._fixed_tokens: OrderedDict[AgentRef, int] = OrderedDict()
-        self._effective: dict[str, dict[str, float]] = {}  # namespace -> capped steps (cache)
+        self._fixed_tokens: OrderedDict[AgentRef, int] = OrderedDict()  # only lengths > 0
+        self._costly: dict[str, set[str]] = {}  # namespace -> agents with a known fixed prefix
+        # namespace -> agents the cap unprotects (cache, dropped on any change in the namespace).
+        # Only agents with a fixed prefix cost cap space, so this is computed over _costly alone:
+        # an update costs O(agents with a cached prefix), not O(agents named by hints).
+        self._unprotected: dict[str, frozenset[str]] = {}
 
     # ---- updates -------------------------------------------------------------------------
     def apply_hint(self, hint: KVFlowHint) -> None:
@@ -107,7 +111,7 @@ class HintTable:
         for agent, value in clean.items():
             self._by_agent.setdefault((namespace, agent), {})[workflow_id] = value
             self._ns_agents.setdefault(namespace, set()).add(agent)
-        self._effective.pop(namespace, None)
+        self._unprotected.pop(namespace, None)
         self.version += 1
         while len(self._workflows) > self.max_workflows or self._entries > self.max_entries:
             self._drop_workflow(next(iter(self._workflows)))
@@ -135,13 +139,25 @@ class HintTable:
         if tokens < 0:
             raise ValueError(f"fixed-prefix length must be >= 0, got {tokens}")
         old = self._fixed_tokens.pop(ref, None)
-        self._fixed_tokens[ref] = tokens
-        if old != tokens:
-            self._effective.pop(ref[0], None)
+        if tokens:
+            self._fixed_tokens[ref] = tokens
+            self._costly.setdefault(ref[0], set()).add(ref[1])
+        else:
+            self._forget_cost(ref)
+        if (old or 0) != tokens:
+            self._unprotected.pop(ref[0], None)
             self.version += 1
         while len(self._fixed_tokens) > self.max_agents:
             gone, _ = self._fixed_tokens.popitem(last=False)
-            self._effective.pop(gone[0], None)
+            self._forget_cost(gone)
+            self._unprotected.pop(gone[0], None)
+
+    def _forget_cost(self, ref: AgentRef) -> None:
+        names = self._costly.get(ref[0])
+        if names is not None:
+            names.discard(ref[1])
+            if not names:
+                del self._costly[ref[0]]
 
     def _drop_workflow(self, key: tuple[str, str]) -> bool:
         entry = self._workflows.pop(key, None)
@@ -159,7 +175,7 @@ class HintTable:
                     names.discard(agent)
                     if not names:
                         del self._ns_agents[namespace]
-        self._effective.pop(namespace, None)
+        self._unprotected.pop(namespace, None)
         self.version += 1
         return True
 
@@ -171,25 +187,37 @@ class HintTable:
 
     def steps(self, ref: AgentRef) -> float:
         """Effective steps: :meth:`raw_steps`, or ``inf`` when the namespace cap removed protection."""
-        table = self._effective.get(ref[0])
-        if table is None:
-            table = self._compute_effective(ref[0])
-        return table.get(ref[1], INF)
+        raw = self.raw_steps(ref)
+        if raw == INF or self.cap_tokens is None or ref[1] not in self._costly.get(ref[0], ()):
+            return raw
+        return INF if ref[1] in self._unprotected_in(ref[0]) else raw
 
     def fixed_tokens(self, ref: AgentRef) -> int:
         return self._fixed_tokens.get(ref, 0)
 
     def protected_tokens(self, namespace: str) -> int:
         """Fixed-prefix tokens the namespace currently protects (finite effective steps)."""
-        self.steps((namespace, ""))
-        return sum(self.fixed_tokens((namespace, a)) for a in self._effective[namespace])
+        return sum(self.fixed_tokens((namespace, a)) for a in self._costly.get(namespace, ())
+                   if self.steps((namespace, a)) != INF)
 
     def agents(self) -> Iterator[tuple[AgentRef, float]]:
-        """Every agent with finite effective steps, as ``(ref, steps)``."""
-        for namespace in list(self._ns_agents):
-            self.steps((namespace, ""))
-            for agent, value in self._effective[namespace].items():
-                yield (namespace, agent), value
+        """Every agent with finite effective steps, as ``(ref, steps)`` (O(agents named))."""
+        for ref in list(self._by_agent):
+            value = self.steps(ref)
+            if value != INF:
+                yield ref, value
+
+    def due(self, lookahead: float) -> list[tuple[float, AgentRef]]:
+        """Agents with a known fixed prefix whose effective steps are <= ``lookahead``, most urgent
+        first (the prefetch candidates); O(agents with a fixed prefix)."""
+        out = []
+        for namespace, names in self._costly.items():
+            for agent in names:
+                value = self.steps((namespace, agent))
+                if value <= lookahead:
+                    out.append((value, (namespace, agent)))
+        out.sort()
+        return out
 
     @property
     def workflow_count(self) -> int:
@@ -200,19 +228,21 @@ class HintTable:
         """(workflow, agent) step entries held, bounded by ``max_entries``."""
         return self._entries
 
-    def _compute_effective(self, namespace: str) -> dict[str, float]:
+    def _unprotected_in(self, namespace: str) -> frozenset[str]:
+        cached = self._unprotected.get(namespace)
+        if cached is not None:
+            return cached
         finite = sorted(
-            (value, agent)
-            for agent in self._ns_agents.get(namespace, ())
-            if (value := min(self._by_agent[(namespace, agent)].values())) != INF
+            (value, agent) for agent in self._costly.get(namespace, ())
+            if (value := self.raw_steps((namespace, agent))) != INF
         )
-        table: dict[str, float] = {}
         used = 0
-        for value, agent in finite:
-            cost = self.fixed_tokens((namespace, agent))
-            if self.cap_tokens is not None and used + cost > self.cap_tokens:
-                break  # this agent and every less urgent one fall back to LRU order
-            used += cost
-            table[agent] = value
-        self._effective[namespace] = table
-        return table
+        out: set[str] = set()
+        for i, (_, agent) in enumerate(finite):
+            used += self.fixed_tokens((namespace, agent))
+            if used > self.cap_tokens:
+                # this agent and every less urgent one fall back below every protected prefix
+                out = {a for _, a in finite[i:]}
+                break
+        self._unprotected[namespace] = frozenset(out)
+        return self._unprotected[namespace]

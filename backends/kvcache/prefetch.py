@@ -40,7 +40,7 @@ def plan_prefetch(cache: KVCache) -> PrefetchPlan:
     in_flight = sum(1 for task, _ in cache._loads.values() if task.prefetch)
     if in_flight >= cfg.max_inflight_loads:
         return EMPTY_PLAN
-    due = sorted((steps, ref) for ref, steps in cache.hints.agents() if steps <= cfg.prefetch_lookahead)
+    due = cache.hints.due(cfg.prefetch_lookahead)
     steps_of = cache.hints.steps
     tasks: list[LoadTask] = []
     evictions: list[EvictResult] = []

@@ -144,3 +144,15 @@ def test_segmentation_and_fixed_prefix_memory_is_bounded_in_tokens(make_cache):
         put(cache, [ord(agent)] * 8 + [1], agent=("ns", agent), fixed=8)
     assert cache.fixed_prefix(("ns", "a")) is None and cache.fixed_prefix(("ns", "c")) == (ord("c"),) * 8
     assert cache.match_prefix([ord("a")] * 8).last_node.tags == set()  # its tags went with it
+
+
+def test_due_lists_only_agents_with_a_known_fixed_prefix_most_urgent_first():
+    hints = HintTable(cap_tokens=50)
+    hints.set_steps("ns", "w", {"a": 1, "b": 0, "c": 1, "nofixed": 0, "far": 3})
+    for agent, tokens in {"a": 20, "b": 20, "c": 20, "far": 5}.items():
+        hints.note_fixed_tokens(("ns", agent), tokens)
+    # b (0) and a (1) fit in the cap (40 <= 50); c (1) would make 60: unprotected, not due.
+    assert hints.due(1) == [(0.0, ("ns", "b")), (1.0, ("ns", "a"))]
+    assert hints.steps(("ns", "nofixed")) == 0  # no fixed prefix: costs no cap, keeps its steps
+    hints.note_fixed_tokens(("ns", "b"), 0)  # b's prefix is gone: c fits now
+    assert [ref for _, ref in hints.due(1)] == [("ns", "a"), ("ns", "c")]
