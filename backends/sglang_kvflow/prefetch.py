@@ -24,8 +24,9 @@ import logging
 from array import array
 from typing import Any
 
+from backends.kvcache.policy import kvflow_key
+
 from .state import Inflight, KVFlowState, get_state
-from .strategy import eviction_key
 from .tags import LOADING_ATTR, node_tags, uses_python_core
 
 __all__ = ["after_hicache_events", "prefetch_step", "retire_finished", "is_ready", "load_quota"]
@@ -64,7 +65,7 @@ def is_ready(cache: Any, node_id: Any, state: KVFlowState | None = None) -> bool
 def load_quota(cache: Any, state: KVFlowState, ref: Any) -> int:
     """Device tokens a prefetch for agent ``ref`` may take: free tokens plus unlocked,
     device-resident tokens that rank below the agent's own prefix in eviction order."""
-    bar = eviction_key({ref}, state.hints, float("inf"))[:2]
+    bar = kvflow_key({ref}, state.hints, float("inf"))[:2]
     quota = int(cache.token_to_kv_pool_allocator.available_size())
     stack = list(cache.tree_core.root_node.children.values())
     while stack:
@@ -73,7 +74,7 @@ def load_quota(cache: Any, state: KVFlowState, ref: Any) -> int:
         full = _full(node)
         if full.value is None or full.lock_ref > 0:
             continue
-        if eviction_key(node_tags(node), state.hints, node.last_access_time)[:2] < bar:
+        if kvflow_key(node_tags(node), state.hints, node.last_access_time)[:2] < bar:
             quota += len(node.key)
     return quota
 

@@ -9,29 +9,17 @@ device eviction and for host eviction alike (``FullComponent`` rebuilds its heap
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Collection
+from typing import Any
 
 from sglang.srt.mem_cache.evict_policy import EvictionStrategy
 
-from backends.kvcache.hints import AgentRef, HintTable
 from backends.kvcache.policy import kvflow_key
 
+from . import POLICY_NAME
 from .state import PluginConfig, configure, get_state
 from .tags import node_tags
 
-__all__ = ["KVFlowStrategy", "POLICY_NAME", "eviction_key"]
-
-POLICY_NAME = "kvflow"
-
-# backends.kvcache is moving kvflow_key from a steps callable to the hint table itself (so the
-# namespace cap can rank unprotected agents); accept both until that change has landed.
-_KEY_TAKES_TABLE = "hints" in inspect.signature(kvflow_key).parameters
-
-
-def eviction_key(tags: Collection[AgentRef] | None, hints: HintTable, last_access: float) -> tuple:
-    """backends.kvcache's kvflow key for a node with ``tags``: the one place the plugin calls it."""
-    return kvflow_key(tags, hints if _KEY_TAKES_TABLE else hints.steps, last_access)
+__all__ = ["KVFlowStrategy", "POLICY_NAME"]
 
 
 class KVFlowStrategy(EvictionStrategy):
@@ -46,4 +34,4 @@ class KVFlowStrategy(EvictionStrategy):
         configure(PluginConfig.from_options(options))
 
     def get_priority(self, node: Any) -> tuple[int, float, float]:
-        return eviction_key(node_tags(node), get_state().hints, node.last_access_time)
+        return kvflow_key(node_tags(node), get_state().hints, node.last_access_time)
