@@ -5,6 +5,8 @@
   and prints the rates)
   while another client keeps asking for chat completions: every one of them is answered, promptly,
   and the hint table holds one entry per flooded workflow, not one per update.
+* A flood of huge step maps (4,096 distinct long agent names each) neither stalls other clients nor
+  grows the table past its entry bound.
 * Workflows that never send ``done``: 10,000 distinct ones; the TTL (shortened to 3 s for the test
   through ``EngineConfig.hint_ttl_s``) reclaims every one of them.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 import time
 from typing import Iterator
 
@@ -102,3 +105,38 @@ async def test_ten_thousand_workflows_without_done_are_reclaimed_by_ttl(live: Li
         time.sleep(TTL_S + 0.2)
         summary = hint_summary(client)
         assert summary["workflows"] == 0 and summary["agents"] == 0, summary
+
+
+def test_flood_of_large_distinct_step_maps_neither_stalls_others_nor_grows_memory(live: Live) -> None:
+    # The hostile variant: every update names 4,096 distinct agents with long names (~1 MB). Measured
+    # before the fixes (hint table bounded only in workflows, effective steps recomputed over every
+    # named agent): other clients' chats waited 15-27 s and the table grew by ~2.4 MB per update.
+    stop = threading.Event()
+
+    def flood() -> None:
+        with httpx.Client(base_url=live.url, timeout=60) as client:
+            w = 0
+            while not stop.is_set():
+                steps = {f"{w}-{'x' * 200}-{i}": i % 7 for i in range(4096)}
+                client.post("/kvflow/v1/steps", json={"workflow_id": f"big-{w}", "namespace": "hostile",
+                                                      "steps": steps}).raise_for_status()
+                w += 1
+
+    flooder = threading.Thread(target=flood, daemon=True)
+    flooder.start()
+    latencies = []
+    try:
+        with httpx.Client(base_url=live.url, timeout=60) as client:
+            time.sleep(1.0)
+            for _ in range(6):
+                t0 = time.perf_counter()
+                r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+                                                              "max_tokens": 4})
+                assert r.status_code == 200, r.text
+                latencies.append(time.perf_counter() - t0)
+            summary = hint_summary(client)
+    finally:
+        stop.set()
+        flooder.join(timeout=60)
+    assert max(latencies) < 3.0, latencies
+    assert summary["entries"] <= 32768 and summary["workflows"] <= 8, summary
