@@ -25,6 +25,7 @@ _CACHE = "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache"
 _CORE = "sglang.srt.mem_cache.unified_cache.unified_tree_core.UnifiedTreeCore"
 _TOKENIZER = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
 _HTTP = "sglang.srt.entrypoints.http_server"
+_CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
 
 _registered = False
 
@@ -55,7 +56,7 @@ def register() -> None:
 
     from .admission import wrap_adder_class
     from .hints_bridge import install_scheduler_handlers, install_stats_communicator, register_message_types
-    from .hints_bridge import validate_generate_request
+    from .hints_bridge import mark_chat_boundary, validate_generate_request
     from .prefetch import after_hicache_events
     from .strategy import KVFlowStrategy
     from .tags import on_request_queued, split_keeps_tags, tag_after_checkpoint
@@ -80,5 +81,6 @@ def register() -> None:
     if multiprocessing.current_process().name == "MainProcess":
         # HTTP side: only the main process serves the app and runs the tokenizer manager.
         reg(f"{_TOKENIZER}.generate_request", validate_generate_request, HookType.BEFORE)
+        reg(f"{_CHAT}._convert_to_internal_request", mark_chat_boundary, HookType.AFTER)
         reg(f"{_TOKENIZER}.init_request_dispatcher", install_stats_communicator, HookType.AFTER)
         reg(f"{_HTTP}.launch_server", _install_routes_before_launch, HookType.BEFORE)

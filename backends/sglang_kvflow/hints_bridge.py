@@ -6,8 +6,9 @@ Placement (kvflow_orch/protocol.py): ``/generate`` bodies carry the hint as
 which SGLang copies into ``sampling_params.custom_params``. So one reader serves both routes once
 the request reaches the tokenizer manager (validation, 400 on a bad hint) and the scheduler (apply).
 
-The HTTP side may add ``custom_params["kvflow_fixed_tokens"]``: the fixed-prefix boundary in
-tokens, computed from the hint's ``fixed_prefix`` characters for text prompts.
+The HTTP side adds ``custom_params["kvflow_fixed_tokens"]``: the fixed-prefix boundary in tokens,
+computed from the hint's ``fixed_prefix`` (characters of a text prompt, or leading chat messages
+rendered with the chat template). Without it the scheduler uses backends/kvcache's segmentation.
 
 Messages are msgspec structs registered with ``hook_custom_types`` in every process, and reach the
 scheduler through its request socket, so rank 0 broadcasts them to all TP ranks in the same
@@ -16,11 +17,13 @@ iteration: every rank applies the same update (eviction is decided per rank and 
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Any, Dict, Mapping, Optional
 
 from sglang.srt.managers.io_struct import BaseReq, hook_custom_types
 
+from backends.kvcache.segment import common_prefix_len
 from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate, extract_hint
 
 from .state import get_state
@@ -29,7 +32,10 @@ __all__ = [
     "FIXED_TOKENS_KEY", "KVFlowStepsReq", "KVFlowStatsReq", "KVFlowStatsReqOutput",
     "read_request_hint", "parse_custom_params", "register_message_types",
     "validate_generate_request", "install_scheduler_handlers", "install_stats_communicator",
+    "fixed_tokens_for_text", "fixed_tokens_for_messages", "mark_chat_boundary",
 ]
+
+logger = logging.getLogger(__name__)
 
 FIXED_TOKENS_KEY = "kvflow_fixed_tokens"
 
@@ -81,17 +87,47 @@ def read_request_hint(custom_params: Any) -> tuple[KVFlowHint, int | None] | Non
         return None
 
 
-def _fixed_tokens_for_text(tokenizer: Any, text: str, fixed_chars: int) -> int:
+def fixed_tokens_for_text(tokenizer: Any, text: str, fixed_chars: int) -> int:
     """Tokens of ``text`` that come from its first ``fixed_chars`` characters: the common token
     prefix of the whole text and of that head (tokenizers may merge across the boundary)."""
-    full = tokenizer.encode(text)
-    head = tokenizer.encode(text[:fixed_chars])
-    n = 0
-    for a, b in zip(full, head):
-        if a != b:
-            break
-        n += 1
-    return n
+    return common_prefix_len(tokenizer.encode(text), tokenizer.encode(text[:fixed_chars]))
+
+
+def fixed_tokens_for_messages(tokenizer: Any, messages: list[dict], fixed_messages: int,
+                              prompt_ids: list[int]) -> int:
+    """Tokens of a chat prompt that come from its first ``fixed_messages`` messages: the common
+    prefix of the full prompt and of the chat template applied to those messages alone."""
+    head = tokenizer.apply_chat_template(messages[:fixed_messages], tokenize=True, add_generation_prompt=False)
+    if isinstance(head, Mapping):  # some tokenizers return a BatchEncoding
+        head = head["input_ids"]
+    return common_prefix_len(prompt_ids, list(head))
+
+
+def mark_chat_boundary(result: Any, serving_chat: Any, request: Any, *_: Any, **__: Any) -> None:
+    """AFTER ``OpenAIServingChat._convert_to_internal_request``: turn the hint's ``fixed_prefix``
+    (a number of messages) into tokens of the templated prompt, so the scheduler tags exactly the
+    fixed part from the first request on. Without it the scheduler falls back to segmentation."""
+    adapted = result[0]
+    sampling = adapted.sampling_params if isinstance(adapted.sampling_params, dict) else None
+    parsed = parse_custom_params(sampling.get("custom_params")) if sampling else None
+    if parsed is None or parsed[1] is not None or parsed[0].fixed_prefix is None:
+        return None
+    tokenizer = getattr(serving_chat.tokenizer_manager, "tokenizer", None)
+    if tokenizer is None:
+        return None
+    messages = [m if isinstance(m, dict) else m.model_dump(exclude_none=True) for m in request.messages]
+    ids = adapted.input_ids if isinstance(adapted.input_ids, list) else None
+    if ids is None and isinstance(adapted.text, str):
+        ids = tokenizer.encode(adapted.text)
+    if ids is None:
+        return None
+    try:
+        n = fixed_tokens_for_messages(tokenizer, messages, parsed[0].fixed_prefix, ids)
+    except Exception:  # a template that cannot render a partial conversation: segmentation decides
+        logger.debug("kvflow: chat template refused a partial conversation; using segmentation", exc_info=True)
+        return None
+    sampling["custom_params"] = {**sampling["custom_params"], FIXED_TOKENS_KEY: n}
+    return None
 
 
 def _sampling_dicts(obj: Any) -> list[dict]:
@@ -117,7 +153,7 @@ def validate_generate_request(tokenizer_manager: Any, obj: Any, *_: Any, **__: A
         tokenizer = getattr(tokenizer_manager, "tokenizer", None)
         if explicit is None and hint.fixed_prefix is not None and isinstance(text, str) and tokenizer:
             custom = dict(sampling["custom_params"])
-            custom[FIXED_TOKENS_KEY] = _fixed_tokens_for_text(tokenizer, text, hint.fixed_prefix)
+            custom[FIXED_TOKENS_KEY] = fixed_tokens_for_text(tokenizer, text, hint.fixed_prefix)
             sampling["custom_params"] = custom
     return None
 

@@ -51,14 +51,18 @@ def test_parse_custom_params_rejects_bad_hints_clearly(plugin, custom_params, na
 
 
 def _word_tokenizer():
-    """A real (tiny) fast tokenizer built with the tokenizers library: no model hub here."""
+    """A real (tiny) fast tokenizer built with the tokenizers library, with a chat template: no
+    model hub here."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {w: i for i, w in enumerate("[UNK] you are a careful reviewer . review this patch please".split())}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    words = "[UNK] you are a careful reviewer . review this patch please <|system|> <|user|> <|assistant|> <|end|>"
+    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words.split())}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
+    fast.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+                          "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    return fast
 
 
 def test_generate_request_hook_validates_and_computes_the_token_boundary(plugin):
@@ -82,6 +86,32 @@ def test_generate_request_hook_validates_and_computes_the_token_boundary(plugin)
     validate_generate_request(manager, obj)
     assert obj.sampling_params["custom_params"][FIXED_TOKENS_KEY] == 6  # you are a careful reviewer .
     assert obj.sampling_params["custom_params"]["kvflow"] == hint["kvflow"]
+
+
+def test_chat_hook_turns_fixed_messages_into_prompt_tokens(plugin):
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+    from sglang.srt.managers.io_struct import GenerateReqInput
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    from backends.sglang_kvflow.hints_bridge import FIXED_TOKENS_KEY, mark_chat_boundary
+
+    tokenizer = _word_tokenizer()
+    serving = object.__new__(OpenAIServingChat)
+    serving.tokenizer_manager = object.__new__(TokenizerManager)
+    serving.tokenizer_manager.tokenizer = tokenizer
+    messages = [{"role": "system", "content": "you are a careful reviewer ."},
+                {"role": "user", "content": "review this patch please"}]
+    hint = {"kvflow": {**GOOD["kvflow"], "fixed_prefix": 1}}
+    request = ChatCompletionRequest(model="m", messages=messages, custom_params=hint)
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    adapted = GenerateReqInput(input_ids=ids, sampling_params={"custom_params": hint})
+    mark_chat_boundary((adapted, request), serving, request)
+    # <|system|> you are a careful reviewer . <|end|>  -> 8 tokens, the user turn stays dynamic
+    assert adapted.sampling_params["custom_params"][FIXED_TOKENS_KEY] == 8
+    assert mark_chat_boundary((adapted, request), serving, request) is None  # explicit now: unchanged
+    assert adapted.sampling_params["custom_params"][FIXED_TOKENS_KEY] == 8
 
 
 def test_the_hint_of_a_queued_request_updates_the_table(make_rig, state):

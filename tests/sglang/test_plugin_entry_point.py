@@ -34,12 +34,16 @@ def test_load_plugins_in_a_fresh_process_registers_everything():
         from sglang.srt.server_args import RADIX_EVICTION_POLICY_CHOICES
         from sglang.srt.managers.scheduler import Scheduler
         from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
+        from sglang.srt.managers.tokenizer_manager import TokenizerManager
+        from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
         print("STRATEGY", type(get_eviction_strategy("kvflow", {"lookahead": 2})).__name__)
         print("CHOICE", "kvflow" in RADIX_EVICTION_POLICY_CHOICES)
         print("CORE", os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"])
         print("HOOKED", all(hasattr(f, "__wrapped__") for f in (
             Scheduler._process_hicache_events, Scheduler.get_prefill_adder_class,
-            Scheduler.init_request_dispatcher, Scheduler._add_request_to_queue, UnifiedTreeCore._split_node)))
+            Scheduler.init_request_dispatcher, Scheduler._add_request_to_queue, UnifiedTreeCore._split_node,
+            TokenizerManager.generate_request, TokenizerManager.init_request_dispatcher,
+            OpenAIServingChat._convert_to_internal_request)))
     """)
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
