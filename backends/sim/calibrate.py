@@ -1,6 +1,10 @@
 """``kvflow bench calibrate``: measure the embedded engine on this machine, write a hardware profile,
 and (``--compare``) check the simulator against the real engine on the synthetic workflow.
 
+Times are process CPU seconds with torch on one thread (see ``_CpuClock``): on a shared machine
+wall-clock figures swing with other jobs' load, CPU seconds do not. The comparison runs the calls
+one after another, so the engine's time is the sum of its calls' CPU time.
+
 Measured: prefill time against prompt length (slope -> effective FLOP/s, intercept -> per-iteration
 overhead), one decode step at batch 1 (-> effective memory bandwidth over the weights and KV), and a
 host->device slot copy of the engine's own KV layout (-> link bandwidth and latency). The profile
@@ -59,10 +63,38 @@ async def _generate(engine, ids: Sequence[int], max_tokens: int, hint=None, fixe
     return await engine.generate(req)
 
 
+class _CpuClock:
+    """Process CPU time with torch on one thread: on a machine shared with other jobs, CPU seconds
+    stay what the engine's work costs, where wall-clock seconds stretch with everyone else's load.
+    Used for both the calibration and the comparison, so the two are measured alike."""
+
+    def __enter__(self) -> "_CpuClock":
+        import torch
+
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        torch.set_num_threads(self._threads)
+
+    @staticmethod
+    def now() -> float:
+        return time.process_time()
+
+
+async def _cpu_of(engine, ids: Sequence[int], max_tokens: int, hint=None, fixed: int | None = None) -> float:
+    t = _CpuClock.now()
+    await _generate(engine, ids, max_tokens, hint, fixed)
+    return _CpuClock.now() - t
+
+
 def measure(model: str = "tiny-random", repeats: int = 3, context: int = 256) -> tuple[HardwareProfile, ModelProfile, dict[str, Any]]:
-    """Measure the engine; returns the fitted hardware profile, the model profile and raw figures.
-    The decode step is timed at ``context`` tokens (the workloads' typical context); every figure
-    is the best of ``repeats`` runs, which filters out a busy machine's slow outliers."""
+    """Measure the engine; returns the fitted hardware profile, the model profile and raw figures
+    (CPU seconds, see :class:`_CpuClock`). The decode step is timed at ``context`` tokens (the
+    workloads' typical context); every figure is the best of ``repeats`` runs."""
     import torch
 
     from backends.local.pools import KVPool, copy_slots
@@ -72,47 +104,51 @@ def measure(model: str = "tiny-random", repeats: int = 3, context: int = 256) ->
     dtype = engine.config.torch_dtype()
     mprof = model_profile_of(engine.model_name, cfg, torch.empty((), dtype=dtype).element_size())
     rng = random.Random(0)
+    steps = 33
+
+    def ids(n: int) -> list[int]:
+        return [rng.randrange(10**6) for _ in range(n)]
 
     async def run() -> tuple[list[tuple[int, float]], float]:
         await engine.start()
         try:
-            await _generate(engine, [rng.randrange(10**6) for _ in range(64)], 2)  # warm the kernels
+            await _generate(engine, ids(64), 2)  # warm the kernels
             points = []
             for n in (64, 256, 512, 1024):
-                best = min([(await _generate(engine, [rng.randrange(10**6) for _ in range(n)], 1)).ttft_s
-                            for _ in range(repeats)])
-                points.append((n, best))
-            steps = 32
-            decode = min([((r := await _generate(engine, [rng.randrange(10**6) for _ in range(context)], steps)).total_s
-                           - r.ttft_s) / (steps - 1) for _ in range(repeats)])
-            return points, decode
+                points.append((n, min([await _cpu_of(engine, ids(n), 1) for _ in range(repeats)])))
+            one = min([await _cpu_of(engine, ids(context), 1) for _ in range(repeats)])
+            many = min([await _cpu_of(engine, ids(context), steps) for _ in range(repeats)])
+            return points, (many - one) / (steps - 1)
         finally:
             await engine.shutdown()
 
-    points, decode_s = asyncio.run(run())
+    with _CpuClock():
+        points, decode_s = asyncio.run(run())
+        src = KVPool(cfg, 4096, device="cpu", dtype=dtype)
+        dst = KVPool(cfg, 4096, device="cpu", dtype=dtype)
+        copies = []
+        for n in (256, 4096):
+            slots = list(range(n))
+            best = float("inf")
+            for _ in range(repeats):
+                t = _CpuClock.now()
+                copy_slots(src, slots, dst, slots)
+                best = min(best, _CpuClock.now() - t)
+            copies.append((n, best))
     intercept, per_token = fit_line([p[0] for p in points], [p[1] for p in points])
-    overhead = max(0.0, intercept)
+    # The intercept is the per-iteration overhead; a noisy fit must not claim most of a decode step.
+    overhead = min(max(0.0, intercept), decode_s / 2)
     flops = 2 * mprof.params / per_token
-    decode_bytes = mprof.weight_bytes + (context + 16) * mprof.kv_bytes_per_token  # mid-run context
-    mem_bw = decode_bytes / max(1e-9, decode_s - overhead) if decode_s > overhead else decode_bytes / decode_s
-    src = KVPool(cfg, 4096, device="cpu", dtype=dtype)
-    dst = KVPool(cfg, 4096, device="cpu", dtype=dtype)
-    copies = []
-    for n in (256, 4096):
-        slots = list(range(n))
-        best = float("inf")
-        for _ in range(repeats):
-            t = time.perf_counter()
-            copy_slots(src, slots, dst, slots)
-            best = min(best, time.perf_counter() - t)
-        copies.append((n, best))
+    decode_bytes = mprof.weight_bytes + (context + steps // 2) * mprof.kv_bytes_per_token  # mid-run context
+    mem_bw = decode_bytes / (decode_s - overhead)
     link_latency, link_per_token = fit_line([c[0] for c in copies], [c[1] for c in copies])
     link_bw = mprof.kv_bytes_per_token / link_per_token
     hw = HardwareProfile(
         name=f"calibrated-{engine.model_name}", peak_flops=flops, mem_bandwidth=mem_bw, memory_bytes=1e12,
         link_bandwidth=link_bw, mem_fraction=1.0, link_efficiency=1.0, link_latency_s=max(0.0, link_latency),
         compute_efficiency=1.0, memory_efficiency=1.0, step_overhead_s=overhead,
-        description="this machine, measured through the embedded engine by kvflow bench calibrate",
+        description="this machine (CPU seconds, one torch thread), measured through the embedded engine "
+                    "by kvflow bench calibrate",
     )
     raw = {"prefill_points": points, "decode_step_s": decode_s, "copy_points": copies}
     return hw, mprof, raw
@@ -151,14 +187,13 @@ def compare(model: str, hw: HardwareProfile, mprof: ModelProfile, *, agents: int
         try:
             for r in submitted[:warm]:
                 await _generate(engine, r.prompt, len(r.output), r.hint, r.fixed_tokens)
-            t = time.perf_counter()
-            for r in submitted[warm:]:
-                await _generate(engine, r.prompt, len(r.output), r.hint, r.fixed_tokens)
-            return time.perf_counter() - t
+            return sum([await _cpu_of(engine, r.prompt, len(r.output), r.hint, r.fixed_tokens)
+                        for r in submitted[warm:]])
         finally:
             await engine.shutdown()
 
-    real = asyncio.run(run())
+    with _CpuClock():
+        real = asyncio.run(run())
     return {"real_s": real, "simulated_s": sim.latency_s, "error": sim.latency_s / real - 1.0,
             "calls": len(submitted) - warm, "device_tokens": device, "host_tokens": host,
             "agents": agents, "fixed": fixed, "rounds": rounds, "output": output, "dynamic": dynamic}
@@ -173,7 +208,7 @@ def main(args: argparse.Namespace) -> int:
     model_out.write_text(json.dumps(mprof.to_json(), indent=1) + "\n")
     print(f"model {mprof.name}: {mprof.params / 1e6:.2f}M matmul params, {mprof.kv_bytes_per_token} KV bytes/token")
     print("prefill (tokens, s): " + ", ".join(f"({n}, {t:.4f})" for n, t in raw["prefill_points"]))
-    print(f"decode step at batch 1: {raw['decode_step_s'] * 1e3:.2f} ms")
+    print(f"decode step at batch 1: {raw['decode_step_s'] * 1e3:.2f} ms (CPU seconds, one torch thread)")
     print(f"fitted: {hw.peak_flops / 1e9:.1f} GFLOP/s, {hw.mem_bandwidth / 1e9:.1f} GB/s, "
           f"step overhead {hw.step_overhead_s * 1e3:.2f} ms, copy {hw.link_bandwidth / 1e9:.2f} GB/s "
           f"+ {hw.link_latency_s * 1e6:.0f} us")
