@@ -20,7 +20,6 @@ from typing import Any, Mapping
 
 from kvflow_orch.asg import AgentStepGraph
 from kvflow_orch.builder import Workflow
-from kvflow_orch.constants import END, START
 
 __all__ = [
     "VOCAB",
@@ -112,46 +111,24 @@ def text_tokens(text: str, chars_per_token: int = 4) -> tuple[int, ...]:
     )
 
 
-def synthetic_workflow(n_agents: int = 10, branches: int = 1, name: str = "synthetic") -> AgentStepGraph:
-    """The paper's sequential workflow: ``n_agents`` stages, each one of ``branches`` candidate
-    agents, looping from the last stage back to the first (or to END)."""
-    if n_agents < 1 or branches < 1:
-        raise ValueError("n_agents and branches must be >= 1")
-    wf = Workflow(name)
-    stages = [[f"s{i}" if branches == 1 else f"s{i}b{b}" for b in range(branches)] for i in range(n_agents)]
-    for stage in stages:
-        for node in stage:
-            wf.add_agent(node, system=f"<fixed prompt of {node}>")
-    choose = lambda state: None  # noqa: E731 - never called: the simulator picks targets itself
-    _route(wf, START, stages[0], choose)
-    for here, nxt in zip(stages, stages[1:]):
-        for node in here:
-            _route(wf, node, nxt, choose)
-    for node in stages[-1]:
-        wf.add_conditional_edges(node, choose, [*stages[0], END])
-    return wf.compile()
+def synthetic_workflow(n_agents: int = 10, branches: int = 1) -> AgentStepGraph:
+    """The paper's sequential workflow, as the bundled ``workflows.synthetic`` builds it: ``n_agents``
+    stages, each one of ``branches`` candidate agents, looping from the last stage back to the first
+    (or to END). Only its graph is used here; token content comes from :func:`synthetic`."""
+    from workflows.synthetic import synthetic as build
+
+    return build(n_agents=n_agents, fixed=0, dynamic=0, output=1, rounds=1, branches=branches).compile()
 
 
-def _route(wf: Workflow, source: str, targets: list[str], choose: Any) -> None:
-    if len(targets) == 1:
-        wf.add_edge(source, targets[0])
-    else:
-        wf.add_conditional_edges(source, choose, list(targets))
+def _synthetic_prompts(n_agents: int, fixed: int, branches: int, rng: random.Random) -> dict[str, tuple[int, ...]]:
+    from workflows.synthetic import stage_agents
 
-
-def _synthetic_prompts(asg: AgentStepGraph, fixed: int, branches: int, rng: random.Random) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
-    agents = sorted(asg.agents, key=_stage_order)
-    for i in range(0, len(agents), branches):
+    for stage in stage_agents(n_agents, branches):
         shared = random_tokens(rng, fixed // 2) if branches > 1 else ()
-        for agent in agents[i : i + branches]:
+        for agent in stage:
             out[agent] = shared + random_tokens(rng, fixed - len(shared))
     return out
-
-
-def _stage_order(agent: str) -> tuple[int, int]:
-    stage, _, branch = agent[1:].partition("b")
-    return int(stage), int(branch or 0)
 
 
 def synthetic(
@@ -171,7 +148,7 @@ def synthetic(
     rng = random.Random(seed)
     insts = []
     for k in range(instances):
-        spec = WorkflowSpec(asg, _synthetic_prompts(asg, fixed, branches, rng), dynamic, output, loop_limit=rounds)
+        spec = WorkflowSpec(asg, _synthetic_prompts(n_agents, fixed, branches, rng), dynamic, output, loop_limit=rounds)
         insts.append(Instance(spec, f"synthetic-{k}", f"client-{k}", seed=rng.randrange(2**31)))
     labels = {"fixed": fixed, "dynamic": dynamic, "output": output, "branches": branches,
               "agents": n_agents, "rounds": rounds, "instances": instances}
