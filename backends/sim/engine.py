@@ -104,7 +104,12 @@ class ServingSim:
 
     # ---- client side ----------------------------------------------------------------------
     def submit(self, request: SimRequest) -> None:
-        """A request arrives now: its hint reaches the brain at once, then it queues."""
+        """A request arrives now: its hint reaches the brain at once, then it queues. A request
+        that could never fit in the device pool is refused (ValueError) instead of waiting forever."""
+        need = len(request.prompt) + len(request.output)
+        if need > self.cache.config.device_tokens:
+            raise ValueError(f"a request of {need} tokens (prompt + output) can never fit in the device pool "
+                             f"of {self.cache.config.device_tokens} tokens; raise --device-tokens")
         request.arrival_s = self.events.now
         if request.hint is not None:
             self.cache.apply_hint(request.hint)

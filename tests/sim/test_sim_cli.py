@@ -36,6 +36,9 @@ def test_sim_prints_the_table_and_writes_json_and_plots(tmp_path):
 def test_bad_input_is_a_clear_error(tmp_path):
     rc, _, err = _run(["bench", "sim", "--hardware", "tpu-v9", "--out", str(tmp_path)])
     assert rc == 2 and "no hardware profile 'tpu-v9'" in err
+    rc, _, err = _run(["bench", "sim", "--fixed", "20000", "--agents", "2", "--rounds", "1",
+                       "--device-tokens", "10000", "--out", str(tmp_path)])
+    assert rc == 2 and "can never fit in the device pool of 10000 tokens" in err
     rc, _, err = _run(["bench"])
     assert rc == 2 and "choose a subcommand" in err
     rc, _, err = _run(["bench", "replay", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path)])
