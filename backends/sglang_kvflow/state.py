@@ -9,7 +9,7 @@ own input path (requests and registered messages are broadcast from rank 0), nev
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
 
@@ -91,9 +91,17 @@ class KVFlowState:
         self.config = config or PluginConfig()
         self.hints = HintTable(ttl_s=self.config.hint_ttl_s, cap_tokens=self.config.namespace_cap_tokens)
         self.segmenter = Segmenter()
-        self.prefixes: dict[AgentRef, PrefixKey] = {}
+        self.prefixes: OrderedDict[AgentRef, PrefixKey] = OrderedDict()
         self.inflight: dict[int, Inflight] = {}
         self.counters: Counter[str] = Counter({name: 0 for name in COUNTERS})
+
+    def remember_prefix(self, ref: AgentRef, prefix: PrefixKey) -> None:
+        """Where ``ref``'s fixed prefix lives (for prefetch); bounded like the hint table, the
+        least recently tagged agent forgotten first."""
+        self.prefixes.pop(ref, None)
+        self.prefixes[ref] = prefix
+        while len(self.prefixes) > self.hints.max_agents:
+            self.prefixes.popitem(last=False)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready view for /kvflow/v1/stats (no prompts, no workflow ids)."""

@@ -93,7 +93,7 @@ def tag_after_checkpoint(result: Any, cache: Any, req: Any, *_: Any, **__: Any) 
     prefix = PrefixKey(tuple(req.origin_input_ids[:fixed_len]), req.extra_key, req.cache_salt)
     state = get_state()
     if tag_path(cache, ref, prefix) > 0:
-        state.prefixes[ref] = prefix
+        state.remember_prefix(ref, prefix)
         state.hints.note_fixed_tokens(ref, fixed_len)
         state.counters["tagged_requests"] += 1
     return None

@@ -1,0 +1,36 @@
+"""The plugin's per-process state: configuration checks, memory bounds, and a stats view that
+reveals no prompts and no workflow ids (pure Python: runs in any venv)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backends.sglang_kvflow.state import KVFlowState, PluginConfig, PrefixKey
+
+
+def test_config_from_policy_options_rejects_unknown_and_bad_values():
+    assert PluginConfig.from_options({"lookahead": 2, "prefetch": False}) == PluginConfig(lookahead=2, prefetch=False)
+    with pytest.raises(ValueError, match="lookahed"):
+        PluginConfig.from_options({"lookahed": 2})
+    with pytest.raises(ValueError, match=">= 0"):
+        PluginConfig(max_inflight=-1)
+
+
+def test_prefix_table_is_bounded_and_keeps_the_recent_agents():
+    state = KVFlowState()
+    state.hints.max_agents = 3
+    for i in range(5):
+        state.remember_prefix(("ns", f"a{i}"), PrefixKey((i,), None, None))
+    state.remember_prefix(("ns", "a2"), PrefixKey((9,), None, None))  # refreshed: now the newest
+    assert list(state.prefixes) == [("ns", "a3"), ("ns", "a4"), ("ns", "a2")]
+
+
+def test_snapshot_reveals_no_prompts_or_workflow_ids():
+    state = KVFlowState()
+    state.hints.set_steps("tenant", "secret-workflow-42", {"coder": 1})
+    state.remember_prefix(("tenant", "coder"), PrefixKey((31337, 4242), "secret-extra", None))
+    text = json.dumps(state.snapshot())
+    assert "secret" not in text and "31337" not in text and "coder" not in text
+    assert state.snapshot()["workflows"] == 1 and state.snapshot()["agents_with_prefix"] == 1
