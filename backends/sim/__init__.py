@@ -2,23 +2,26 @@
 
 Time comes from a roofline model of a hardware profile (:mod:`.cost`); every cache decision
 (matching, eviction, prefetch, readiness) comes from :mod:`backends.kvcache`, the same code the
-embedded engine runs.
+embedded engine runs. Entry points: :func:`simulate` (one system on one workload),
+:func:`run_scenario` (every system), the ``kvflow bench`` command (:mod:`.cli`).
 """
 
 from __future__ import annotations
 
 from .cost import CostModel, Work
+from .engine import EngineLimits, ServingSim, SimRequest
 from .events import EventQueue
 from .profiles import HardwareProfile, ModelProfile, ProfileError, device_kv_tokens, load_hardware, load_model
+from .replay import load_trace
+from .simulate import SimResult, simulate
+from .sweep import Scenario, ScenarioResult, run_scenario, standard_scenarios
+from .systems import SYSTEM_NAMES, SYSTEMS, System, get_system
+from .workloads import Workload, concurrent, from_workflow, synthetic
 
 __all__ = [
-    "CostModel",
-    "Work",
-    "EventQueue",
-    "HardwareProfile",
-    "ModelProfile",
-    "ProfileError",
-    "device_kv_tokens",
-    "load_hardware",
-    "load_model",
+    "CostModel", "Work", "EventQueue", "EngineLimits", "ServingSim", "SimRequest",
+    "HardwareProfile", "ModelProfile", "ProfileError", "device_kv_tokens", "load_hardware", "load_model",
+    "System", "SYSTEMS", "SYSTEM_NAMES", "get_system",
+    "Workload", "synthetic", "concurrent", "from_workflow", "load_trace",
+    "SimResult", "simulate", "Scenario", "ScenarioResult", "run_scenario", "standard_scenarios",
 ]
