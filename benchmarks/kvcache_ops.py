@@ -200,7 +200,10 @@ def run_op_cost(args: argparse.Namespace) -> None:
     if sglang is None:
         print("sglang not importable (or hook not filled): SGLang RadixCache comparison skipped")
     else:
-        print(f"ratio ours(lru)/SGLang total: {rows['lru']['total_s'] / sglang['total_s']:.2f} (target <= 1.5)")
+        per_op = ", ".join(f"{k} {rows['lru'][k] / sglang[k]:.3g}" for k in ("match", "insert", "evict")
+                           if k in sglang and sglang[k])
+        print(f"ratio ours(lru)/SGLang total: {rows['lru']['total_s'] / sglang['total_s']:.3g} "
+              f"(target <= 1.5); per op: {per_op}")
 
 
 # ---------------------------------------------------------------------------------------------
