@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from . import DISABLE_ENV, POLICY_NAME, TREE_CORE_ENV
 

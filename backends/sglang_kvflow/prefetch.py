@@ -127,6 +127,7 @@ def prefetch_step(cache: Any, state: KVFlowState | None = None) -> int:
             setattr(node, LOADING_ATTR, anchor)
         state.inflight[anchor] = Inflight(ref, anchor, int(match.host_hit_length))
         state.counters["prefetch_issued"] += 1
+        logger.debug("kvflow prefetch: %s/%s at steps %s, %d host tokens", *ref, steps, match.host_hit_length)
         started += 1
     if started:
         cache.ready_to_load_host_cache()

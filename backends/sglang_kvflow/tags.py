@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import logging
 from array import array
 from typing import Any
 
@@ -24,8 +23,6 @@ from .state import PrefixKey, get_state
 
 __all__ = ["TAGS_ATTR", "LOADING_ATTR", "node_tags", "on_request_queued", "tag_after_checkpoint",
            "split_keeps_tags", "tag_path", "uses_python_core"]
-
-logger = logging.getLogger(__name__)
 
 TAGS_ATTR = "kvflow_tags"        # set[AgentRef] on UnifiedTreeNode (it has no __slots__)
 LOADING_ATTR = "kvflow_loading"  # anchor id of the prefetch loading this node

@@ -99,7 +99,6 @@ def test_prefetch_respects_slots_inflight_cap_and_quota(make_rig, state):
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
     from backends.sglang_kvflow.prefetch import load_quota, prefetch_step
-    from backends.sglang_kvflow.state import reset_state
     from backends.sglang_kvflow.tags import on_request_queued
 
     rig = make_rig(size=40, policy="kvflow", hicache=True)
