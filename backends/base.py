@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Literal, Protocol, Sequence, runtime_checkable
 
+from kvflow_orch.nodes import Sampling as SamplingParams
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 __all__ = [
@@ -41,24 +42,6 @@ class EngineError(RuntimeError):
 
 class RequestTooLarge(EngineError):
     """The prompt (plus ``max_tokens``) cannot fit in the device KV pool."""
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    max_tokens: int = 256
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False
-
-    def __post_init__(self) -> None:
-        if self.max_tokens <= 0:
-            raise ValueError("max_tokens must be > 0")
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if not 0 < self.top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
 
 
 @dataclass(frozen=True)

@@ -190,13 +190,10 @@ class Workflow:
 
 
 def _sampling(name: str, max_tokens: int, temperature: float, top_p: float, seed, stop) -> Sampling:
-    if not isinstance(max_tokens, int) or max_tokens <= 0:
-        raise WorkflowError(f"agent node {name!r}: max_tokens must be a positive integer")
-    if temperature < 0:
-        raise WorkflowError(f"agent node {name!r}: temperature must be >= 0")
-    if not 0 < top_p <= 1:
-        raise WorkflowError(f"agent node {name!r}: top_p must be in (0, 1]")
-    return Sampling(max_tokens, float(temperature), float(top_p), seed, tuple(stop))
+    try:
+        return Sampling(max_tokens, float(temperature), float(top_p), seed, tuple(stop))
+    except (TypeError, ValueError) as exc:
+        raise WorkflowError(f"agent node {name!r}: {exc}") from None
 
 
 def _literal_targets(router: Callable[..., Any]) -> tuple[str, ...] | None:

@@ -23,13 +23,23 @@ PromptSpec = Union[str, Callable[[Mapping[str, Any]], str], None]
 
 @dataclass(frozen=True)
 class Sampling:
-    """Sampling parameters of an agent's LLM calls."""
+    """Sampling parameters of an LLM call: an agent's defaults, and what a serving engine receives
+    (``backends.base.SamplingParams`` is this class)."""
 
     max_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
+            raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
 
     def as_request(self) -> dict[str, Any]:
         body: dict[str, Any] = {
