@@ -29,12 +29,22 @@ def _match(rig, tokens):
     return rig.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens))))
 
 
-def _adder(rig):
-    from sglang.srt.managers.schedule_policy import PrefillAdder
+def _scheduler(rig):
+    """SGLang's Scheduler class over our cache: its hooked ``_process_hicache_events`` and
+    ``get_prefill_adder_class`` run for real; the model-side state they never touch is absent."""
+    from sglang.srt.managers.scheduler import Scheduler
 
-    from backends.sglang_kvflow.admission import kvflow_adder_class
+    scheduler = object.__new__(Scheduler)
+    scheduler.tree_cache = rig.cache
+    scheduler.enable_hierarchical_cache = True
+    scheduler.enable_unified_cache_external_linker = scheduler.enable_lmcache = False
+    scheduler.enable_hicache_storage = False
+    return scheduler
 
-    return kvflow_adder_class(PrefillAdder)(1, rig.cache, rig.allocator, None, 1.0, 4096, None)
+
+def _adder(rig, scheduler):
+    """What ``_get_new_batch_prefill_raw`` builds each iteration (batch-size limits left open)."""
+    return scheduler.get_prefill_adder_class()(1, rig.cache, rig.allocator, None, 1.0, 4096, None)
 
 
 def _queued(rig, tokens, custom_params=None):
@@ -64,11 +74,13 @@ def test_prefetch_then_ready_with_the_offloaded_kv(make_rig, state):
     rig.write_kv(scratch)  # scribble over every free row: a load must bring the real rows back
     rig.allocator.free(scratch)
 
-    handle_steps(None, KVFlowStepsReq(workflow_id="wf", namespace="default", steps={"A": 3, "B": 0}))
-    assert prefetch_step(rig.cache) == 0, "A is 3 steps away: beyond the default lookahead of 1"
+    scheduler = _scheduler(rig)
+    handle_steps(scheduler, KVFlowStepsReq(workflow_id="wf", namespace="default", steps={"A": 3, "B": 0}))
+    scheduler._process_hicache_events()  # SGLang's per-iteration step + the plugin's AFTER hook
+    assert state.counters["prefetch_issued"] == 0, "A is 3 steps away: beyond the default lookahead of 1"
 
-    handle_steps(None, KVFlowStepsReq(workflow_id="wf", namespace="default", steps={"A": 1, "B": 0}))
-    assert prefetch_step(rig.cache) == 1
+    handle_steps(scheduler, KVFlowStepsReq(workflow_id="wf", namespace="default", steps={"A": 1, "B": 0}))
+    scheduler._process_hicache_events()
     assert state.counters["prefetch_issued"] == 1 and len(state.inflight) == 1
     # The trap: the tokens already look device-resident while the copy is unacknowledged.
     m = _match(rig, FIXED)
@@ -76,7 +88,8 @@ def test_prefetch_then_ready_with_the_offloaded_kv(make_rig, state):
     assert not is_ready(rig.cache, m.last_device_node)
     rig.cache.sanity_check()  # SGLang's invariants hold with our load in flight
 
-    adder = _adder(rig)
+    adder = _adder(rig, scheduler)
+    assert type(adder).__qualname__ == "KVFlowPrefillAdder[PrefillAdder]"
     waiting = _queued(rig, FIXED + [60, 61], _hint("A", {"A": 0}))
     assert adder.add_one_req(waiting, has_chunked_req=False, truncation_align_size=None) == AddReqResult.CONTINUE
     assert state.counters["admission_skips"] == 1 and waiting not in adder.can_run_list
@@ -84,8 +97,7 @@ def test_prefetch_then_ready_with_the_offloaded_kv(make_rig, state):
     assert adder.add_one_req(ready, has_chunked_req=False, truncation_align_size=None) == AddReqResult.CONTINUE
     assert adder.can_run_list == [ready] and state.counters["admission_skips"] == 1
 
-    rig.cache.check_hicache_events()  # the scheduler's per-iteration ack reaping
-    prefetch_step(rig.cache)          # what the AFTER hook runs right after it
+    scheduler._process_hicache_events()  # next iteration: SGLang reaps the ack, the hook retires it
     assert state.inflight == {} and state.counters["prefetched_tokens"] == len(FIXED)
     m = _match(rig, FIXED)
     assert is_ready(rig.cache, m.last_device_node)
