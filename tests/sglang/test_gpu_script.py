@@ -48,3 +48,25 @@ def test_report_prints_ratios_measured_in_one_run(tmp_path):
     out = subprocess.run([sys.executable, str(HELPER), "report", *paths], capture_output=True, text=True, check=True)
     assert "speedup kvflow vs stock-hicache: 1.20x" in out.stdout
     assert "speedup kvflow vs stock-lru: 1.50x" in out.stdout
+
+
+@pytest.mark.sglang
+def test_sglang_accepts_the_flags_the_gpu_script_passes(plugin):
+    """SGLang 0.5.23's own parser takes every command line the script launches (an ambiguous or
+    renamed flag would otherwise only show on the GPU machine)."""
+    import re
+    import shlex
+
+    from sglang.srt.server_args import prepare_server_args
+
+    from backends.sglang_kvflow.launcher import build_command
+
+    text = SCRIPT.read_text()
+    common = shlex.split(re.search(r"^COMMON=\((.*)\)$", text, re.M).group(1))
+    hicache = ["--enable-hierarchical-cache", "--hicache-write-policy", "write_through"]
+    for policy, extra in (("kvflow", []), ("lru", []), ("lru", hicache)):
+        argv = build_command("/models/llama8b", ["--load-format", "dummy", *common, *extra], policy=policy,
+                             device_tokens=24576).argv
+        args = prepare_server_args(argv[3:])
+        assert args.radix_eviction_policy == policy and args.load_format == "dummy"
+        assert args.enable_hierarchical_cache == (policy == "kvflow" or bool(extra))
