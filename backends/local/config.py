@@ -24,8 +24,8 @@ class EngineConfig:
     """
 
     model: str = "tiny-random"
-    device_tokens: int = 16384
-    host_tokens: int = 65536
+    device_tokens: int = 8192
+    host_tokens: int = 32768
     policy: str = "kvflow"
     prefetch: bool = True
     max_batch: int = 8

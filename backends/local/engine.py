@@ -191,29 +191,6 @@ class Engine:
         self._wake.set()
         return await future
 
-    async def inspect_cache(self, fn: Callable[[Any], T]) -> T:
-        """Run ``fn(cache)`` on the engine thread between scheduler steps (the brain is single-threaded)
-        and return its result; ``fn`` must be quick and must not break the brain's invariants."""
-        self._ensure_started()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-
-        def settle(outcome: Callable[[], None]) -> None:
-            if not future.done():
-                outcome()
-
-        def job() -> None:
-            try:
-                result = fn(self.scheduler.cache)
-            except BaseException as exc:
-                loop.call_soon_threadsafe(settle, lambda: future.set_exception(exc))
-            else:
-                loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
-
-        self.scheduler.call(job)
-        self._wake.set()
-        return await future
-
     def stats(self) -> dict[str, Any]:
         return {**self.scheduler.snapshot, "requests_in_flight": self.scheduler.in_flight}
 

@@ -19,12 +19,15 @@ __all__ = ["KVPool", "copy_slots"]
 class KVPool:
     """Implements ``backends.local.model.llama.KVStore``."""
 
-    def __init__(self, cfg: ModelConfig, tokens: int, *, device: torch.device | str, dtype: torch.dtype, pin: bool = False) -> None:
+    def __init__(self, cfg: ModelConfig, tokens: int, *, device: torch.device | str, dtype: torch.dtype, pin: bool = False, lazy: bool = False) -> None:
         shape = (cfg.num_layers, tokens, cfg.num_kv_heads, cfg.head_dim)
         self.tokens = tokens
         self.device = torch.device(device)
-        self.k = torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin)
-        self.v = torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin)
+        # Only rows the brain handed out are ever read, so the host tier may stay uncommitted memory
+        # until used; the device pool is zeroed (small, and cheap insurance against stray reads).
+        make = torch.empty if lazy else torch.zeros
+        self.k = make(shape, dtype=dtype, device=device, pin_memory=pin)
+        self.v = make(shape, dtype=dtype, device=device, pin_memory=pin)
 
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[index], self.v[index]

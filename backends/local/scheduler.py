@@ -21,14 +21,14 @@ from collections import deque
 from typing import Any, Callable
 
 from backends.base import EngineError, FinishReason, StreamEvent
-from backends.kvcache import CacheConfig, EvictResult, KVCache
+from backends.kvcache import CacheConfig, KVCache
 from backends.local.config import EngineConfig
 from backends.local.model.loader import LoadedModel
-from backends.local.pools import KVPool, copy_slots
-from backends.local.prefetch import PrefetchWorker
+from backends.local.pools import KVPool
 from backends.local.request import Phase, RequestState
 from backends.local.runner import ModelRunner
 from backends.local.sampler import sample
+from backends.local.tiers import TierMover
 from kvflow_orch.protocol import StepsUpdate
 
 __all__ = ["Scheduler"]
@@ -43,7 +43,7 @@ class Scheduler:
         device, dtype, cfg = config.torch_device(), config.torch_dtype(), loaded.model.cfg
         self.config = config
         self.device_pool = KVPool(cfg, config.device_tokens, device=device, dtype=dtype)
-        self.host_pool = KVPool(cfg, config.host_tokens, device="cpu", dtype=dtype, pin=device.type == "cuda")
+        self.host_pool = KVPool(cfg, config.host_tokens, device="cpu", dtype=dtype, pin=device.type == "cuda", lazy=True)
         self.cache = KVCache(CacheConfig(
             device_tokens=config.device_tokens, host_tokens=config.host_tokens, policy=config.policy,
             prefetch=config.prefetch, prefetch_lookahead=config.prefetch_lookahead,
@@ -51,12 +51,13 @@ class Scheduler:
             hint_ttl_s=config.hint_ttl_s,
         ))
         self.runner = ModelRunner(loaded.model, self.device_pool, config.chunk_tokens)
-        self.worker = PrefetchWorker(load_copy or self._copy_load, device, wake) if config.prefetch and config.host_tokens else None
+        self.tiers = TierMover(self.cache, self.device_pool, self.host_pool, prefetch=config.prefetch, wake=wake,
+                               load_copy=load_copy)
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self.counters = {"steps": 0, "step_s": 0.0, "decode_steps": 0, "decode_step_s": 0.0,
-                         "decode_forward_s": 0.0, "prefetch_tasks": 0, "failed_requests": 0}
+                         "decode_forward_s": 0.0, "failed_requests": 0}
         self.snapshot: dict[str, Any] = {}
         self._count_lock = threading.Lock()
         self._submitted = 0
@@ -85,26 +86,21 @@ class Scheduler:
         """Run ``fn(cache)`` on the loop thread between steps; ``deliver(ok, value_or_error)``."""
         self._inbox.put(("inspect", (fn, deliver)))
 
-    def call(self, job: Callable[[], None]) -> None:
-        """Run ``job()`` on the loop thread between steps (it may read or touch the brain)."""
-        self._inbox.put(("call", job))
-
     # ---- the loop body -----------------------------------------------------------------
     def step(self) -> bool:
         """One scheduling iteration; returns whether it did model work or admitted anything."""
         start = time.perf_counter()
         self._drain_inbox()
-        self._finish_loads()
+        self.tiers.finish_prefetches()
         admitted = self._admit()
         prefilled = self._prefill()
-        decode_start, forward_before = time.perf_counter(), self.runner.forward_s
+        forward_before = self.runner.forward_s
         decoded = self._decode()
         now = time.perf_counter()
         if decoded and not prefilled and not admitted:
             self.counters["decode_steps"] += 1
             self.counters["decode_step_s"] += now - start
             self.counters["decode_forward_s"] += self.runner.forward_s - forward_before
-        del decode_start
         self.counters["steps"] += 1
         self.counters["step_s"] += now - start
         self._publish()
@@ -121,9 +117,7 @@ class Scheduler:
     def shutdown(self) -> None:
         self._drain_inbox()
         self.fail_all(EngineError("the engine shut down"))
-        if self.worker is not None:
-            self.worker.stop()
-            self._finish_loads()
+        self.tiers.stop()
         self._publish()
 
     # ---- commands -----------------------------------------------------------------------
@@ -144,14 +138,12 @@ class Scheduler:
                     hinted = True
                 elif kind == "inspect":
                     self._inspect(*payload)
-                elif kind == "call":
-                    payload()
             except Exception as exc:  # a bad command must not stop the loop
                 log.warning("ignored %s command: %s", kind, exc)
                 if kind == "submit":
                     self._fail(payload, exc)
         if hinted:
-            self._plan_prefetch()
+            self.tiers.plan_prefetch()
 
     def _accept(self, state: RequestState) -> bool:
         hint = state.request.hint
@@ -174,33 +166,6 @@ class Scheduler:
                 self._finish(state, "abort")
                 return
 
-    # ---- prefetch -------------------------------------------------------------------------
-    def _plan_prefetch(self) -> None:
-        if self.worker is None:
-            return
-        plan = self.cache.plan_prefetch()
-        self._do_demotions(plan.evicted)
-        for task in plan.tasks:
-            self.counters["prefetch_tasks"] += 1
-            self.worker.submit(task)
-
-    def _copy_load(self, task: Any) -> None:
-        copy_slots(self.host_pool, task.host_slots, self.device_pool, task.device_slots, non_blocking=True)
-
-    def _finish_loads(self) -> None:
-        if self.worker is None:
-            return
-        for done in self.worker.drain():
-            if done.error is None:
-                self.cache.complete_load(done.task)
-            else:
-                self._do_demotions(self.cache.fail_load(done.task))
-
-    def _do_demotions(self, evicted: EvictResult) -> None:
-        # write-back: copy device rows to host before anything reuses those device slots
-        for demotion in evicted.demoted:
-            copy_slots(self.device_pool, demotion.device_slots, self.host_pool, demotion.host_slots)
-
     # ---- admission ----------------------------------------------------------------------
     def _admit(self) -> bool:
         admitted = False
@@ -221,14 +186,13 @@ class Scheduler:
     def _try_admit(self, state: RequestState) -> bool:
         prompt = state.prompt
         admission = self.cache.admit(prompt)
-        self._do_demotions(admission.evicted)
+        self.tiers.demote(admission.evicted)
         if admission.load is not None:  # host-only prefix: load it now (the stall prefetch avoids)
-            copy_slots(self.host_pool, admission.load.host_slots, self.device_pool, admission.load.device_slots)
-            self.cache.complete_load(admission.load)
+            self.tiers.load_now(admission.load)
         cached = [s for node in admission.match.nodes for s in node.device]
         usable = min(len(cached), len(prompt) - 1)  # the last prompt token is always computed: we need its logits
         allocation = self.cache.alloc_device(len(prompt) - usable + state.request.sampling.max_tokens - 1)
-        self._do_demotions(allocation.evicted)
+        self.tiers.demote(allocation.evicted)
         if allocation.slots is None:
             self.cache.unlock(admission.match.last_node)
             return False
@@ -332,8 +296,7 @@ class Scheduler:
                 )
                 unused = state.own_slots[n - len(state.prefix_slots):]
                 if result.offload is not None:
-                    copy_slots(self.device_pool, result.offload.device_slots, self.host_pool, result.offload.host_slots)
-                    self.cache.complete_offload(result.offload)
+                    self.tiers.offload_now(result.offload)
             except Exception:
                 log.exception("could not cache request %s; dropping its KV", state.request_id)
         self.cache.free_device(unused)
@@ -343,5 +306,5 @@ class Scheduler:
         self.snapshot = {
             **self.cache.stats.as_dict(), **self.cache.usage(),
             "running": len(self.running), "waiting": len(self.waiting),
-            "forward_s": self.runner.forward_s, **self.counters,
+            "forward_s": self.runner.forward_s, "prefetch_tasks": self.tiers.prefetch_tasks, **self.counters,
         }

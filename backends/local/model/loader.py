@@ -15,7 +15,7 @@ import torch
 
 from backends.local.model.gguf_source import read_gguf, smollm2_gguf_path
 from backends.local.model.hf import is_hf_dir, read_hf_dir, write_hf_dir
-from backends.local.model.llama import LlamaModel, ModelConfig
+from backends.local.model.llama import LlamaModel, ModelConfig, Rotary
 from backends.local.tokenizer import ChatTokenizer, byte_level_tokenizer
 
 __all__ = ["LoadedModel", "load_model", "read_source", "cache_dir", "smollm2_hf_dir", "BUILTIN_MODELS", "TINY_RANDOM_CONFIG"]
@@ -99,7 +99,7 @@ def load_model(source: str, *, dtype: torch.dtype = torch.float32, device: str |
         raise ValueError(f"{source}: weights do not match the config (missing {missing[:5]}, unexpected {unexpected[:5]})")
     if cfg.tie_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
-    model.rope = type(model.rope)(cfg.head_dim, cfg.rope_theta, cfg.max_position)
+    model.rope = None  # built on meta above; rebuilt after the cast so cos/sin stay float32 in any dtype
     model = model.to(device=device, dtype=dtype).eval()
-    model.rope.to(device=device, dtype=torch.float32)
+    model.rope = Rotary(cfg.head_dim, cfg.rope_theta, cfg.max_position).to(device)
     return LoadedModel(os.path.basename(os.path.normpath(source)) if is_hf_dir(source) else source, model, tok)
