@@ -9,8 +9,11 @@ dropped). Configurations run one after the other in this process: lru, kvflow wi
 kvflow with prefetch (prefetch needs a host tier). Round 0 is a cold start, the same for every
 configuration; "steady" times rounds 1+.
 
-On a CPU "device" and "host" are both main memory, so a host reload is a memcpy: the policies differ
-mostly in what they must recompute. With ``--host-tokens 0`` that difference is the whole story.
+On a CPU "device" and "host" are both main memory, so a host reload is a memcpy: with a host tier
+the three configurations take the same time here (the counters still show kvflow keeping the next
+agents on device and prefetch removing the admission stall). With ``--host-tokens 0`` (evicted KV is
+dropped, as on a GPU without a host tier) the policies differ in what they must recompute, and the
+end-to-end ratio shows it.
 
 Takes about 3 minutes on 2 idle cores with SmolLM2 (7 on a busy shared machine); ``--model tiny-random``
 runs in seconds.
