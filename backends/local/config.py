@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backends.kvcache import DEFAULT_HINT_TTL_S
+from backends.kvcache import DEFAULT_HINT_TTL_S, CacheConfig
 
 __all__ = ["EngineConfig", "POLICIES", "DTYPES"]
 
@@ -42,18 +42,22 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
-        if self.device_tokens <= 0:
-            raise ValueError(f"device_tokens must be > 0, got {self.device_tokens}")
-        if self.host_tokens < 0:
-            raise ValueError(f"host_tokens must be >= 0, got {self.host_tokens}")
-        if self.hint_ttl_s <= 0:
-            raise ValueError(f"hint_ttl_s must be > 0, got {self.hint_ttl_s}")
+        self.cache_config()  # the brain validates the fields it shares with the engine
         if self.max_batch <= 0 or self.chunk_tokens <= 0:
             raise ValueError("max_batch and chunk_tokens must be > 0")
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ValueError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
+
+    def cache_config(self) -> CacheConfig:
+        """The cache brain's configuration for this engine."""
+        return CacheConfig(
+            device_tokens=self.device_tokens, host_tokens=self.host_tokens, policy=self.policy,
+            prefetch=self.prefetch, prefetch_lookahead=self.prefetch_lookahead,
+            max_inflight_loads=self.max_inflight_loads, write_through=self.write_through,
+            hint_ttl_s=self.hint_ttl_s,
+        )
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

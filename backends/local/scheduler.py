@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any, Callable
 
 from backends.base import EngineError, FinishReason, StreamEvent
-from backends.kvcache import CacheConfig, KVCache
+from backends.kvcache import KVCache
 from backends.local.config import EngineConfig
 from backends.local.model.loader import LoadedModel
 from backends.local.pools import KVPool
@@ -44,12 +44,7 @@ class Scheduler:
         self.config = config
         self.device_pool = KVPool(cfg, config.device_tokens, device=device, dtype=dtype)
         self.host_pool = KVPool(cfg, config.host_tokens, device="cpu", dtype=dtype, pin=device.type == "cuda", lazy=True)
-        self.cache = KVCache(CacheConfig(
-            device_tokens=config.device_tokens, host_tokens=config.host_tokens, policy=config.policy,
-            prefetch=config.prefetch, prefetch_lookahead=config.prefetch_lookahead,
-            max_inflight_loads=config.max_inflight_loads, write_through=config.write_through,
-            hint_ttl_s=config.hint_ttl_s,
-        ))
+        self.cache = KVCache(config.cache_config())
         self.runner = ModelRunner(loaded.model, self.device_pool, config.chunk_tokens)
         self.tiers = TierMover(self.cache, self.device_pool, self.host_pool, prefetch=config.prefetch, wake=wake,
                                load_copy=load_copy)
