@@ -45,7 +45,9 @@ def build(name: str, rounds: int, max_tokens: int):
 async def compare(name: str, model: str, device_tokens: int, host_tokens: int, rounds: int, max_tokens: int) -> None:
     outcomes = {}
     for policy in ("lru", "kvflow"):
-        config = EngineConfig(model=model, device_tokens=device_tokens, host_tokens=host_tokens, policy=policy)
+        # lru is the stock baseline (HiCache-style: load at admission, no workflow-aware prefetch).
+        config = EngineConfig(model=model, device_tokens=device_tokens, host_tokens=host_tokens, policy=policy,
+                              prefetch=policy == "kvflow")
         print(f"running {name} under {policy} ...", flush=True)
         workflow, inputs = build(name, rounds, max_tokens)
         outcomes[policy] = await run_on_engine(workflow, inputs, config)
