@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, AsyncIterator, Callable, TypeVar, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 from backends.base import EngineError, GenerateRequest, GenerateResult, RequestTooLarge, StreamEvent
 from backends.local.config import EngineConfig
@@ -26,7 +26,6 @@ __all__ = ["Engine"]
 
 log = logging.getLogger("kvflow.engine")
 _IDLE_WAIT_S = 0.5
-T = TypeVar("T")
 T = TypeVar("T")
 
 

@@ -28,7 +28,6 @@ class ModelRunner:
         self.chunk_tokens = chunk_tokens
         self.device = pool.device
         self.forward_s = 0.0
-        self.forward_calls = 0
 
     def _forward(self, new_tokens: Sequence[Sequence[int]], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
         batch = build_batch(new_tokens, contexts, self.device)  # index building counts as scheduling work
@@ -37,7 +36,6 @@ class ModelRunner:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.forward_s += time.perf_counter() - start
-        self.forward_calls += 1
         return logits
 
     def prefill(self, tokens: Sequence[int], prefix_slots: Sequence[int], new_slots: Sequence[int]) -> torch.Tensor:
