@@ -22,10 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
