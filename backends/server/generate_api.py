@@ -17,10 +17,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from backends.base import EncodedPrompt, GenerateRequest, GenerateResult, StreamEvent
-from backends.server.errors import APIError
-from backends.server.serving import ServerContext, complete, hint_error, open_stream, parse_body, sse_response
-from kvflow_orch.protocol import HintError, extract_hint
+from backends.base import GenerateRequest, GenerateResult, StreamEvent
+from backends.server.serving import ServerContext, complete, open_stream, parse_body, read_hint, sse_response
 
 __all__ = ["GenerateBody", "SGLangSamplingParams", "generate_router", "meta_info"]
 
@@ -70,11 +68,6 @@ class SGLangSamplingParams(BaseModel):
                                  f"(accepted: {', '.join(map(repr, neutral))})")
         return self
 
-    def stop_strings(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-
 
 class GenerateBody(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
@@ -123,26 +116,14 @@ def generate_router(ctx: ServerContext) -> APIRouter:
     async def generate(request: Request) -> Response:
         body = await parse_body(request, GenerateBody)
         sp = body.sampling_params
-        try:
-            hint = extract_hint({"sampling_params": {"custom_params": sp.custom_params}}, route="generate")
-        except HintError as exc:
-            raise hint_error(exc) from None
+        hint = read_hint({"sampling_params": {"custom_params": sp.custom_params}}, route="generate")
         fixed = hint.fixed_prefix if hint is not None else None
-        if body.text is not None:
-            text = body.text
-            assert isinstance(text, str)
-            try:
-                encoded = ctx.engine.tokenizer.encode_text(text, fixed_chars=fixed)
-            except ValueError as exc:
-                raise APIError(400, f"cannot encode the prompt: {exc}", code="invalid_prompt") from None
-        else:
-            ids = tuple(body.input_ids or ())  # type: ignore[arg-type]
-            ctx.check_token_ids(ids, "input_ids")
-            encoded = EncodedPrompt(ids, None if fixed is None else min(fixed, len(ids)))
+        prompt = body.text if body.text is not None else body.input_ids  # one unbatched prompt (validated)
+        encoded = ctx.encode_prompt(prompt, fixed, "input_ids")  # type: ignore[arg-type]
         sampling = ctx.sampling(
             max_tokens=sp.max_new_tokens, default_max_tokens=DEFAULT_MAX_NEW_TOKENS,
             field="sampling_params.max_new_tokens", temperature=sp.temperature, top_p=sp.top_p,
-            seed=sp.sampling_seed, stop=sp.stop_strings(), ignore_eos=sp.ignore_eos,
+            seed=sp.sampling_seed, stop=sp.stop, ignore_eos=sp.ignore_eos,
         )
         greq = GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
                                fixed_prefix_tokens=encoded.fixed_prefix_tokens,

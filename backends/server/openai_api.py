@@ -83,11 +83,6 @@ class SamplingFields(_Lenient):
             raise ValueError("only n=1 is supported")
         return n
 
-    def stop_strings(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-
     def wants_usage_chunk(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 

@@ -8,7 +8,7 @@ or tokens of a token-id prompt.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -16,20 +16,14 @@ from fastapi.responses import JSONResponse, Response
 from backends.base import EncodedPrompt, GenerateRequest, StreamEvent
 from backends.server import openai_api as api
 from backends.server.errors import APIError
-from backends.server.serving import ServerContext, complete, hint_error, open_stream, parse_body, sse_response
-from kvflow_orch.protocol import HintError, KVFlowHint, extract_hint
+from backends.server.serving import (ServerContext, checked_encoding, complete, open_stream, parse_body, read_hint,
+                                     sse_response)
+from kvflow_orch.protocol import KVFlowHint
 
 __all__ = ["openai_router"]
 
 CHAT_DEFAULT_MAX_TOKENS = 256
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-
-
-def _hint(body: api.SamplingFields) -> KVFlowHint | None:
-    try:
-        return extract_hint({"custom_params": body.custom_params})
-    except HintError as exc:
-        raise hint_error(exc) from None
 
 
 def _check_model(ctx: ServerContext, name: str | None) -> str:
@@ -39,21 +33,11 @@ def _check_model(ctx: ServerContext, name: str | None) -> str:
     return ctx.engine.model_name
 
 
-def _encode(encode: Callable[[], EncodedPrompt]) -> EncodedPrompt:
-    try:
-        encoded = encode()
-    except ValueError as exc:
-        raise APIError(400, f"cannot encode the prompt: {exc}", code="invalid_prompt") from None
-    if not encoded.input_ids:
-        raise APIError(400, "the prompt encodes to zero tokens", code="invalid_prompt")
-    return encoded
-
-
 def _request(ctx: ServerContext, body: api.SamplingFields, encoded: EncodedPrompt, hint: KVFlowHint | None,
              default_max_tokens: int, field: str) -> GenerateRequest:
     sampling = ctx.sampling(
         max_tokens=body.requested_max_tokens(), default_max_tokens=default_max_tokens, field=field,
-        temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stop_strings(),
+        temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stop,
         ignore_eos=body.ignore_eos,
     )
     return GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
@@ -75,13 +59,13 @@ def openai_router(ctx: ServerContext) -> APIRouter:
         if len(body.messages) > ctx.limits.max_messages:
             raise APIError(422, f"messages: {len(body.messages)} messages; the limit is {ctx.limits.max_messages}",
                            code="invalid_value")
-        hint = _hint(body)
+        hint = read_hint({"custom_params": body.custom_params})
         fixed = hint.fixed_prefix if hint is not None else None
         if fixed is not None and fixed > len(body.messages):
             raise APIError(422, f"custom_params.kvflow.fixed_prefix: {fixed} exceeds the {len(body.messages)} "
                            "messages sent", code="invalid_hint")
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        encoded = _encode(lambda: ctx.engine.tokenizer.encode_chat(messages, fixed_messages=fixed))
+        encoded = checked_encoding(lambda: ctx.engine.tokenizer.encode_chat(messages, fixed_messages=fixed))
         field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         greq = ctx.submit("chat", _request(ctx, body, encoded, hint, CHAT_DEFAULT_MAX_TOKENS, field))
         id_ = api.completion_id("chatcmpl")
@@ -108,14 +92,9 @@ def openai_router(ctx: ServerContext) -> APIRouter:
     async def completions(request: Request) -> Response:
         body = await parse_body(request, api.CompletionRequest)
         model = _check_model(ctx, body.model)
-        hint = _hint(body)
+        hint = read_hint({"custom_params": body.custom_params})
         fixed = hint.fixed_prefix if hint is not None else None
-        prompt = body.prompt
-        if isinstance(prompt, str):
-            encoded = _encode(lambda: ctx.engine.tokenizer.encode_text(prompt, fixed_chars=fixed))
-        else:
-            ctx.check_token_ids(tuple(prompt), "prompt")
-            encoded = EncodedPrompt(tuple(prompt), None if fixed is None else min(fixed, len(prompt)))
+        encoded = ctx.encode_prompt(body.prompt, fixed, "prompt")
         greq = ctx.submit("completions", _request(ctx, body, encoded, hint, COMPLETION_DEFAULT_MAX_TOKENS,
                                                   "max_tokens"))
         id_ = api.completion_id("cmpl")

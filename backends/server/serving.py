@@ -12,19 +12,20 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import anyio
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from backends.base import GenerateRequest, GenerateResult, SamplingParams, ServingEngine, StreamEvent
+from backends.base import EncodedPrompt, GenerateRequest, GenerateResult, SamplingParams, ServingEngine, StreamEvent
 from backends.server.errors import APIError, ClientDisconnected, error_body, from_engine_error, from_validation_error
 from backends.server.limits import ServerLimits
-from kvflow_orch.protocol import HintError
+from kvflow_orch.protocol import HintError, KVFlowHint, extract_hint
 
-__all__ = ["ServerContext", "parse_body", "until_disconnect", "complete", "open_stream", "sse_response"]
+__all__ = ["ServerContext", "parse_body", "read_hint", "checked_encoding", "until_disconnect", "complete", "open_stream",
+           "sse_response"]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -44,8 +45,10 @@ class ServerContext:
 
     def sampling(
         self, *, max_tokens: int | None, default_max_tokens: int, field: str, temperature: float,
-        top_p: float, seed: int | None, stop: tuple[str, ...], ignore_eos: bool,
+        top_p: float, seed: int | None, stop: str | list[str] | None, ignore_eos: bool,
     ) -> SamplingParams:
+        """``stop`` as the wire sends it: one string, a list of them, or none."""
+        stop = () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop)
         tokens = default_max_tokens if max_tokens is None else max_tokens
         if tokens > self.limits.max_tokens:
             raise APIError(422, f"{field}: {tokens} exceeds the server limit of {self.limits.max_tokens}",
@@ -65,6 +68,14 @@ class ServerContext:
             raise APIError(422, f"{field}: token id {max(ids)} is outside the vocabulary (size {vocab})",
                            code="invalid_value")
 
+    def encode_prompt(self, prompt: str | Sequence[int], fixed: int | None, field: str) -> EncodedPrompt:
+        """A text prompt (``fixed`` counts characters) or token ids (``fixed`` counts tokens)."""
+        if isinstance(prompt, str):
+            return checked_encoding(lambda: self.engine.tokenizer.encode_text(prompt, fixed_chars=fixed))
+        ids = tuple(prompt)
+        self.check_token_ids(ids, field)
+        return EncodedPrompt(ids, None if fixed is None else min(fixed, len(ids)))
+
     def submit(self, route: str, request: GenerateRequest) -> GenerateRequest:
         if self.observer is not None:
             self.observer(route, request)
@@ -81,8 +92,23 @@ async def parse_body(request: Request, model: type[M]) -> M:
         raise from_validation_error(exc) from None
 
 
-def hint_error(exc: HintError) -> APIError:
-    return APIError(422, str(exc), code="invalid_hint")
+def read_hint(body: Mapping[str, Any], *, route: str = "openai") -> KVFlowHint | None:
+    """The request's kvflow hint (``None`` without one); a malformed hint is a 422 naming the field."""
+    try:
+        return extract_hint(body, route=route)
+    except HintError as exc:
+        raise from_engine_error(exc) from None
+
+
+def checked_encoding(encode: Callable[[], EncodedPrompt]) -> EncodedPrompt:
+    """Run the tokenizer: a prompt it refuses, or one that encodes to nothing, is a 400."""
+    try:
+        encoded = encode()
+    except ValueError as exc:
+        raise APIError(400, f"cannot encode the prompt: {exc}", code="invalid_prompt") from None
+    if not encoded.input_ids:
+        raise APIError(400, "the prompt encodes to zero tokens", code="invalid_prompt")
+    return encoded
 
 
 async def _wait_disconnect(request: Request) -> None:
