@@ -8,7 +8,6 @@ own input path (requests and registered messages are broadcast from rank 0), nev
 
 from __future__ import annotations
 
-import math
 from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
@@ -114,11 +113,10 @@ class KVFlowState:
         }
 
     def agents_due(self) -> list[tuple[float, AgentRef]]:
-        """Agents within the prefetch lookahead, most urgent first."""
+        """Agents with a tagged fixed prefix within the prefetch lookahead, most urgent first
+        (the hint table's own candidate list: O(agents with a prefix), not O(agents named))."""
         self.hints.expire()
-        due = [(steps, ref) for ref, steps in self.hints.agents() if steps <= self.config.lookahead]
-        due.sort()
-        return [(s, r) for s, r in due if not math.isinf(s)]
+        return self.hints.due(self.config.lookahead)
 
 
 _STATE = KVFlowState()
