@@ -42,6 +42,7 @@ class Sampling:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
 
     def as_request(self) -> dict[str, Any]:
+        """These parameters as fields of an OpenAI-compatible request body."""
         body: dict[str, Any] = {
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
@@ -51,6 +52,8 @@ class Sampling:
             body["seed"] = self.seed
         if self.stop:
             body["stop"] = list(self.stop)
+        if self.ignore_eos:  # an SGLang/kvflow extension: sent only when asked for
+            body["ignore_eos"] = True
         return body
 
 

@@ -46,20 +46,14 @@ class LocalClient(LLMClient):
             self._started = True
 
     async def chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None) -> LLMReply:
-        from backends.base import EngineError, GenerateRequest, SamplingParams
+        from backends.base import EngineError, GenerateRequest
 
         await self._ensure_started()
         try:
             encoded = self.engine.tokenizer.encode_chat(list(messages), fixed_messages=1)
             request = GenerateRequest(
                 input_ids=tuple(encoded.input_ids),
-                sampling=SamplingParams(
-                    max_tokens=sampling.max_tokens,
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    seed=sampling.seed,
-                    stop=sampling.stop,
-                ),
+                sampling=sampling,  # the engine contract's SamplingParams is this very class
                 hint=hint,
                 fixed_prefix_tokens=encoded.fixed_prefix_tokens,
             )

@@ -32,6 +32,16 @@ async def test_kvflow_server_gets_hint_and_usage_is_parsed(server):
     assert [r.path for r in server.requests] == ["/kvflow/v1/info", "/v1/chat/completions"]
 
 
+async def test_ignore_eos_reaches_the_server_only_when_asked(server):
+    client = HttpClient(server.url)
+    await client.chat(MESSAGES, Sampling(max_tokens=5, ignore_eos=True), HINT)
+    await client.chat(MESSAGES, Sampling(max_tokens=5), HINT)
+    await client.aclose()
+    asked, default = server.chats()
+    assert asked["ignore_eos"] is True
+    assert "ignore_eos" not in default  # plain OpenAI servers may reject the extension
+
+
 async def test_plain_server_gets_no_hint_and_warns_once(plain_server):
     client = HttpClient(plain_server.url)
     with pytest.warns(RuntimeWarning, match="no /kvflow/v1/info") as caught:
