@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Union
 
+from .errors import WorkflowError
+
 __all__ = ["Sampling", "AgentNode", "CustomAgentNode", "FunctionNode", "Node", "render_prompt"]
 
 PromptSpec = Union[str, Callable[[Mapping[str, Any]], str], None]
@@ -101,21 +103,12 @@ class FunctionNode:
 Node = Union[AgentNode, CustomAgentNode, FunctionNode]
 
 
-class _StateView(dict):
-    """Format mapping that names the missing key instead of raising a bare KeyError."""
-
-    def __missing__(self, key: str) -> Any:
-        raise KeyError(key)
-
-
 def render_prompt(node: AgentNode, state: Mapping[str, Any]) -> str:
     """The dynamic part of an :class:`AgentNode`'s call for ``state``.
 
     A format string sees the state's keys; a callable receives the state. ``None`` renders as an
     empty string (the agent then speaks from its fixed prompt alone).
     """
-    from .errors import WorkflowError
-
     spec = node.prompt
     if spec is None:
         return ""
@@ -127,7 +120,7 @@ def render_prompt(node: AgentNode, state: Mapping[str, Any]) -> str:
             )
         return text
     try:
-        return spec.format_map(_StateView(state))
+        return spec.format_map(state)
     except KeyError as exc:
         raise WorkflowError(
             f"prompt of node {node.name!r} uses {{{exc.args[0]}}} but the state has no key "
