@@ -125,7 +125,7 @@ class HttpClient(LLMClient):
             last = attempt == self.config.retries
             try:
                 response = await self._http.request(method, path, **kwargs)
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
+            except httpx.TransportError as exc:  # includes every timeout
                 if last:
                     raise BackendError(
                         self.name,
@@ -142,7 +142,9 @@ class HttpClient(LLMClient):
     def send_steps(self, update: StepsUpdate) -> None:
         if not self._probed:
             # Whether the server wants updates is unknown until the first call has probed it.
-            self._held = [u for u in self._held if u.workflow_id != update.workflow_id or u.done] + [update]
+            # Coalesced per (namespace, workflow_id), the Outbox's key; a held done stays final.
+            key = (update.namespace, update.workflow_id)
+            self._held = [u for u in self._held if (u.namespace, u.workflow_id) != key or u.done] + [update]
             return
         if self._kvflow:
             self._outbox.put(update)

@@ -124,6 +124,14 @@ async def test_steps_before_first_call_are_held_until_probe(server):
     assert server.steps_updates() == [{"workflow_id": "w9", "namespace": "default", "steps": {"a": 0}, "done": False}]
 
 
+async def test_held_steps_of_namesake_workflows_in_two_namespaces_both_arrive(server):
+    client = HttpClient(server.url)
+    client.send_steps(StepsUpdate(workflow_id="w9", namespace="tenant-a", steps={"a": 0}))
+    client.send_steps(StepsUpdate(workflow_id="w9", namespace="tenant-b", steps={"a": 1}))
+    await client.aclose()
+    assert sorted((u["namespace"], u["steps"]["a"]) for u in server.steps_updates()) == [("tenant-a", 0), ("tenant-b", 1)]
+
+
 def test_open_client_forms(server):
     opened = open_client(server.url)
     assert isinstance(opened.client, HttpClient) and opened.owned
