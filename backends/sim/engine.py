@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from backends.kvcache import CacheConfig, KVCache
+from backends.kvcache import CacheConfig, KVCache, MatchResult
 from backends.kvcache.hints import AgentRef
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
@@ -165,10 +165,10 @@ class ServingSim:
             self._step_pending = True
             self.events.schedule(self.events.now, self._step)
 
-    def _admit(self, request: SimRequest) -> tuple[bool, float]:
-        """Try to admit; returns (admitted, time its KV is ready: load/demotion end)."""
+    def _admit(self, request: SimRequest, peek: MatchResult) -> tuple[bool, float]:
+        """Try to admit; ``peek`` is the request's prefix match at this instant. Returns
+        (admitted, time its KV is ready: load/demotion end)."""
         cache = self.cache
-        peek = cache.match_prefix(request.prompt)
         cache.lock(peek.last_node)  # our own prefix must survive the reservation below
         try:
             # Reserve for the host part too, then hand exactly that back just before admission, so
@@ -215,23 +215,25 @@ class ServingSim:
         for request in list(self.waiting):
             if len(self.running) + len(admitted) >= self.limits.max_running:
                 break
-            if not self.cache.is_ready(self.cache.match_prefix(request.prompt)):
+            peek = self.cache.match_prefix(request.prompt)
+            if not self.cache.is_ready(peek):
                 if self.system.status_aware:
                     continue
                 break
-            if admitted and len(request.prompt) > budget:
+            # The budget counts tokens to compute, as SGLang's PrefillAdder does: a cached prefix is free.
+            if admitted and _to_compute(request.prompt, peek.cached_tokens) > budget:
                 break
-            ok, at = self._admit(request)
+            ok, at = self._admit(request, peek)
             if not ok:
                 break
             self.waiting.remove(request)
             admitted.append(request)
             ready_at = max(ready_at, at)
-            budget -= _new_tokens(request)
+            budget -= _to_compute(request.prompt, request._cached)
             if budget <= 0:
                 break
         if admitted:
-            work = [Work(_new_tokens(r), r._cached) for r in admitted]
+            work = [Work(_to_compute(r.prompt, r._cached), r._cached) for r in admitted]
             work += [Work(1, r.context) for r in self.running]
             seconds = self.cost.forward_time(work)
             end = max(now + seconds, ready_at + self.cost.layer_time(seconds))
@@ -282,9 +284,9 @@ class ServingSim:
         cache.unlock(r._lock)
 
 
-def _new_tokens(r: SimRequest) -> int:
+def _to_compute(prompt: tuple[int, ...], cached: int) -> int:
     # A fully cached prompt still computes its last token to produce the first output logits.
-    return max(1, len(r.prompt) - r._cached)
+    return max(1, len(prompt) - cached)
 
 
 def _noop() -> None:

@@ -10,7 +10,7 @@ import pytest
 import backends.kvcache.policy as brain_policy
 from backends.kvcache import CacheConfig, KVCache
 from backends.sim.cost import CostModel
-from backends.sim.engine import ServingSim, SimRequest
+from backends.sim.engine import EngineLimits, ServingSim, SimRequest
 from backends.sim.profiles import HardwareProfile, ModelProfile, load_hardware, load_model
 from backends.sim.simulate import simulate
 from backends.sim.systems import SYSTEMS, System
@@ -120,6 +120,23 @@ def test_without_status_awareness_the_loading_request_blocks_the_queue():
     b, c, load_end = _not_ready_scenario(fcfs)
     assert c.admitted_s >= load_end
     assert b.admitted_s <= c.admitted_s
+
+
+def test_the_prefill_budget_counts_only_tokens_to_compute():
+    """A long prompt whose prefix is cached joins a batch whose budget its full length would exceed."""
+    system = SYSTEMS["gpu-only"]
+    config = CacheConfig(device_tokens=100, policy=system.policy, namespace_cap_tokens=100, prefetch=False)
+    sim = ServingSim(system, COST, config, limits=EngineLimits(max_prefill_tokens=50))
+    done: list[SimRequest] = []
+    sim.submit(_request("b", PB, (1,), 1, {"b": 0}, done))
+    sim.events.run()
+    fresh = _request("x", tuple(range(5000, 5030)), (), 2, {"x": 0}, done)  # 30 new tokens: 20 left
+    cached = _request("b", PB, (2,), 2, {"b": 0}, done)  # 41 tokens, 40 of them cached: 1 to compute
+    sim.submit(fresh)
+    sim.submit(cached)
+    sim.events.run()
+    assert cached.cached_tokens == len(PB)
+    assert cached.admitted_s == fresh.admitted_s and cached.first_token_s == fresh.first_token_s
 
 
 H100, QWEN = load_hardware("h100-sxm"), load_model("qwen2.5-32b")
