@@ -21,13 +21,12 @@ matched path touches a node of an unacknowledged prefetch is therefore *not read
 from __future__ import annotations
 
 import logging
-from array import array
 from typing import Any
 
 from backends.kvcache.policy import kvflow_key
 
 from .state import Inflight, KVFlowState, get_state
-from .tags import LOADING_ATTR, node_tags, uses_python_core
+from .tags import LOADING_ATTR, node_tags, prefix_radix_key, uses_python_core
 
 __all__ = ["after_hicache_events", "prefetch_step", "retire_finished", "is_ready", "load_quota"]
 
@@ -97,7 +96,6 @@ def _host_only_path(core: Any, anchor_id: Any) -> list[Any]:
 def prefetch_step(cache: Any, state: KVFlowState | None = None) -> int:
     """One scheduler iteration of prefetching; returns how many loads it started."""
     from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-    from sglang.srt.mem_cache.radix_cache import RadixKey
 
     state = state or get_state()
     retire_finished(cache, state)
@@ -111,9 +109,7 @@ def prefetch_step(cache: Any, state: KVFlowState | None = None) -> int:
         prefix = state.prefixes.get(ref)
         if prefix is None:
             continue
-        key = RadixKey(array("q", prefix.token_ids), prefix.extra_key, is_bigram=core.is_eagle,
-                       cache_salt=prefix.cache_salt).page_aligned(cache.page_size)
-        match = cache.match_prefix(MatchPrefixParams(key=key))
+        match = cache.match_prefix(MatchPrefixParams(key=prefix_radix_key(cache, prefix)))
         if match.host_hit_length <= 0:
             continue
         anchor = match.best_match_node

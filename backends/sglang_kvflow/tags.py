@@ -22,7 +22,7 @@ from .hints_bridge import read_request_hint
 from .state import PrefixKey, get_state
 
 __all__ = ["TAGS_ATTR", "LOADING_ATTR", "node_tags", "on_request_queued", "tag_after_checkpoint",
-           "split_keeps_tags", "tag_path", "uses_python_core"]
+           "split_keeps_tags", "tag_path", "prefix_radix_key", "uses_python_core"]
 
 TAGS_ATTR = "kvflow_tags"        # set[AgentRef] on UnifiedTreeNode (it has no __slots__)
 LOADING_ATTR = "kvflow_loading"  # anchor id of the prefetch loading this node
@@ -56,16 +56,23 @@ def uses_python_core(cache: Any) -> bool:
     return isinstance(getattr(cache, "tree_core", None), UnifiedTreeCore)
 
 
-def tag_path(cache: Any, ref: AgentRef, prefix: PrefixKey) -> int:
-    """Tag root..end of ``prefix`` in ``cache`` with ``ref``; returns the tagged token count."""
-    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+def prefix_radix_key(cache: Any, prefix: PrefixKey) -> Any:
+    """The page-aligned ``RadixKey`` under which ``cache`` stores ``prefix`` (tagging and prefetch
+    must look it up the same way the insert stored it)."""
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
-    core = cache.tree_core
-    key = RadixKey(array("q", prefix.token_ids), prefix.extra_key, is_bigram=core.is_eagle,
-                   cache_salt=prefix.cache_salt).page_aligned(cache.page_size)
+    return RadixKey(array("q", prefix.token_ids), prefix.extra_key, is_bigram=cache.tree_core.is_eagle,
+                    cache_salt=prefix.cache_salt).page_aligned(cache.page_size)
+
+
+def tag_path(cache: Any, ref: AgentRef, key: Any) -> int:
+    """Tag root..end of ``key`` (from :func:`prefix_radix_key`) in ``cache`` with ``ref``; returns
+    the tagged token count (less than ``len(key)`` while the tree holds only part of it)."""
+    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+
     if len(key) == 0:
         return 0
+    core = cache.tree_core
     match = cache.match_prefix(MatchPrefixParams(key=key))
     node = core.node_by_id(match.best_match_node)
     tagged = 0
@@ -89,7 +96,7 @@ def tag_after_checkpoint(result: Any, cache: Any, req: Any, *_: Any, **__: Any) 
         return None  # tags need the Python tree core; register() forces it and logs so
     prefix = PrefixKey(tuple(req.origin_input_ids[:fixed_len]), req.extra_key, req.cache_salt)
     state = get_state()
-    if tag_path(cache, ref, prefix) > 0:
+    if tag_path(cache, ref, prefix_radix_key(cache, prefix)) > 0:
         state.remember_prefix(ref, prefix)
         state.hints.note_fixed_tokens(ref, fixed_len)
         state.counters["tagged_requests"] += 1
