@@ -107,17 +107,25 @@ def _check_messages(messages: Sequence[dict[str, Any]]) -> None:
 
 
 class IncrementalDecoder:
-    """Turns a growing list of token ids into text deltas, holding back incomplete UTF-8 sequences."""
+    """Turns a growing list of token ids into text deltas, holding back incomplete UTF-8 sequences.
+
+    Each push decodes only a short window, not every id so far (that is quadratic in the output
+    length): the ids since the last delta plus the chunk before them, whose text is subtracted. That
+    chunk starts and ends on character boundaries, and keeping it as context lets decoders that
+    treat the first token specially (a leading space) give the same text as decoding everything.
+    """
 
     def __init__(self, tokenizer: ChatTokenizer) -> None:
         self._tokenizer = tokenizer
         self._ids: list[int] = []
-        self._emitted = ""
+        self._context = 0  # the window starts here: ids before it are emitted and need no re-decoding
+        self._emitted = 0  # ids[:_emitted] are emitted text
 
     def push(self, token_id: int) -> str:
         self._ids.append(token_id)
-        text = self._tokenizer.decode(self._ids)
+        text = self._tokenizer.decode(self._ids[self._context:])
         if text.endswith("\ufffd"):
             return ""
-        delta, self._emitted = text[len(self._emitted):], text
-        return delta
+        seen = self._tokenizer.decode(self._ids[self._context:self._emitted])
+        self._context, self._emitted = self._emitted, len(self._ids)
+        return text[len(seen):]
