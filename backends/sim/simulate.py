@@ -97,8 +97,7 @@ def simulate(
     config = CacheConfig(
         device_tokens=cap.device_tokens,
         host_tokens=cap.host_tokens,
-        # infinite keeps fixed prefixes and sheds dynamic suffixes first; nothing is ever reloaded
-        policy="kvflow" if system.infinite else system.policy,
+        policy=system.policy,
         # HiCache's default: back up on insert, so a later demotion costs no copy
         write_through=system.host_tier,
         # one trusted client per namespace in these benchmarks: no cap below the whole pool

@@ -8,16 +8,18 @@ hicache    lru      yes       no       no           SGLang + HiCache: host hits 
 kvflow-evict kvflow yes       no       no           workflow-aware eviction alone (paper ablation)
 kvflow     kvflow   yes       yes      yes          eviction + overlapped prefetch + status-aware
 belady     belady   yes       yes      yes          offline-optimal eviction, same prefetch
-infinite   lru      (none)    no       no           device pool holding everything: lower bound
+infinite   kvflow   (none)    no       no           device pool holding everything: lower bound
 ========== ======== ========= ======== ============ ============================================
 
 Hints are sent to the brain by every system (as a kvflow client always does): systems whose
-policy ignores them behave as their baseline, and the prefetch planner needs them.
+policy ignores them behave as their baseline, and the prefetch planner needs them. ``infinite``
+runs the kvflow policy because its extra room holds exactly the fixed prefixes: that policy sheds
+the never-reused dynamic suffixes first, so no prefix is ever recomputed or loaded.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 __all__ = ["System", "SYSTEMS", "SYSTEM_NAMES", "get_system"]
 
@@ -34,9 +36,6 @@ class System:
     status_aware: bool
     infinite: bool = False
 
-    def with_name(self, name: str) -> "System":
-        return replace(self, name=name)
-
 
 SYSTEMS: dict[str, System] = {
     s.name: s
@@ -46,7 +45,7 @@ SYSTEMS: dict[str, System] = {
         System("kvflow-evict", "kvflow", host_tier=True, prefetch=False, status_aware=False),
         System("kvflow", "kvflow", host_tier=True, prefetch=True, status_aware=True),
         System("belady", "belady", host_tier=True, prefetch=True, status_aware=True),
-        System("infinite", "lru", host_tier=False, prefetch=False, status_aware=False, infinite=True),
+        System("infinite", "kvflow", host_tier=False, prefetch=False, status_aware=False, infinite=True),
     )
 }
 SYSTEM_NAMES: tuple[str, ...] = tuple(SYSTEMS)
