@@ -27,6 +27,7 @@ __all__ = ["TAGS_ATTR", "LOADING_ATTR", "node_tags", "on_request_queued", "tag_a
 TAGS_ATTR = "kvflow_tags"        # set[AgentRef] on UnifiedTreeNode (it has no __slots__)
 LOADING_ATTR = "kvflow_loading"  # anchor id of the prefetch loading this node
 _REQ_ATTR = "kvflow_prefix"      # (AgentRef, fixed_len) stashed on the scheduler's Req
+_TAGGED_ATTR = "kvflow_tagged"   # tokens of that prefix tagged since the Req was (re)queued
 
 
 def node_tags(node: Any) -> set[AgentRef] | None:
@@ -37,7 +38,11 @@ def on_request_queued(scheduler: Any, req: Any, is_retracted: bool = False, *_: 
     """BEFORE ``Scheduler._add_request_to_queue``: apply the request's hint (every TP rank sees the
     same request, so every rank's table changes alike) and decide its fixed-prefix length."""
     if is_retracted or getattr(req, _REQ_ATTR, None) is not None:
-        return  # a retracted request comes back: its hint was applied when it first arrived
+        # A retracted request comes back: its hint was applied when it first arrived, but the tree
+        # may have dropped its prefix meanwhile, so the next checkpoints tag it again.
+        if getattr(req, _TAGGED_ATTR, None) is not None:
+            setattr(req, _TAGGED_ATTR, 0)
+        return
     found = read_request_hint(getattr(req.sampling_params, "custom_params", None))
     if found is None:
         return
@@ -85,7 +90,10 @@ def tag_path(cache: Any, ref: AgentRef, key: Any) -> int:
 
 
 def tag_after_checkpoint(result: Any, cache: Any, req: Any, *_: Any, **__: Any) -> None:
-    """AFTER ``UnifiedRadixCache.checkpoint_into_tree``: tag the fixed prefix the insert covered."""
+    """AFTER ``UnifiedRadixCache.checkpoint_into_tree``: tag the fixed prefix the insert covered.
+
+    SGLang checkpoints a request after every prefill chunk, after its prefill and at its end; the
+    prefix is tagged until it is covered in full, and the request is counted once."""
     stash = getattr(req, _REQ_ATTR, None)
     if stash is None or cache.disable:
         return None
@@ -95,8 +103,16 @@ def tag_after_checkpoint(result: Any, cache: Any, req: Any, *_: Any, **__: Any) 
     if not uses_python_core(cache):
         return None  # tags need the Python tree core; register() forces it and logs so
     prefix = PrefixKey(tuple(req.origin_input_ids[:fixed_len]), req.extra_key, req.cache_salt)
-    state = get_state()
-    if tag_path(cache, ref, prefix_radix_key(cache, prefix)) > 0:
+    key = prefix_radix_key(cache, prefix)
+    done = getattr(req, _TAGGED_ATTR, None)  # None: never tagged; else tokens tagged so far
+    if done is not None and done >= len(key):
+        return None  # tagged in full at an earlier checkpoint; req still locks that path
+    tagged = tag_path(cache, ref, key)
+    if tagged <= 0:
+        return None
+    setattr(req, _TAGGED_ATTR, tagged)
+    if done is None:
+        state = get_state()
         state.remember_prefix(ref, prefix)
         state.hints.note_fixed_tokens(ref, fixed_len)
         state.counters["tagged_requests"] += 1

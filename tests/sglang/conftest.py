@@ -93,9 +93,10 @@ class CacheRig:
         req.extra_key = None
         return req
 
-    def run_req(self, req: Any) -> Any:
+    def run_req(self, req: Any, checkpoints: int = 1) -> Any:
         """Prefill ``req`` from scratch into fresh slots and checkpoint it into the tree (the path
-        a finished prefill takes), then release it. Returns the KV slots it wrote."""
+        a finished prefill takes; SGLang checkpoints again when the request ends, hence
+        ``checkpoints``), then release it. Returns the KV slots it wrote."""
         tokens = list(req.origin_input_ids)
         self.req_pool.alloc([req])
         slots = self.allocator.alloc(len(tokens))
@@ -109,7 +110,8 @@ class CacheRig:
         req.kv.cache_protected_len = 0
         req.last_node = self.cache.root_node_handle()
         req.lock = None
-        self.cache.checkpoint_into_tree(req, up_to=len(tokens))
+        for _ in range(checkpoints):
+            self.cache.checkpoint_into_tree(req, up_to=len(tokens))
         self.cache.unlock(req.lock)
         req.lock = None
         self.req_pool.free(req)

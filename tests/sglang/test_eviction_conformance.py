@@ -162,6 +162,19 @@ def test_tags_survive_splits_and_mark_only_the_fixed_prefix(make_rig, state):
     assert state.hints.fixed_tokens(("ns", "A")) == FIXED
 
 
+def test_a_request_checkpointed_twice_is_tagged_and_counted_once(make_rig, state):
+    from backends.sglang_kvflow.tags import node_tags, on_request_queued
+
+    rig = make_rig(size=64, policy="kvflow", hicache=False)
+    req = rig.make_req(SYSTEM + OWN["A"] + [7, 8], _hint("A"))
+    on_request_queued(None, req)
+    rig.run_req(req, checkpoints=2)  # after its prefill, and again when it ends
+    assert state.counters["tagged_requests"] == 1
+    core = rig.cache.tree_core
+    (node,) = core.root_node.children.values()
+    assert list(node.key.token_ids) == SYSTEM + OWN["A"] and node_tags(node) == {("ns", "A")}
+
+
 def test_strategy_key_is_backends_kvcache_key(make_rig, state):
     """Node for node, the SGLang strategy's key equals backends.kvcache's KVFlowPolicy key."""
     from backends.kvcache.policy import KVFlowPolicy
