@@ -89,10 +89,6 @@ class LiveWorkflow:
     def agent_steps(self) -> dict[str, int | None]:
         return steps_to_wire(self.tracker.agent_steps())
 
-    @property
-    def running_tasks(self) -> int:
-        return len(self._live)
-
     # ----------------------------------------------------------------- helpers
     def _apply(self, what: str, op, *args) -> bool:
         try:
