@@ -19,8 +19,8 @@ Scheduling, once per iteration of the compute stream:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable
 
 from backends.kvcache import CacheConfig, KVCache, MatchResult
 from backends.kvcache.hints import AgentRef
@@ -71,9 +71,6 @@ class SimRequest:
 @dataclass
 class _Busy:
     compute_s: float = 0.0
-    iterations: int = 0
-    demand_loads: int = 0
-    prefetch_loads: int = 0
 
 
 class ServingSim:
@@ -92,8 +89,8 @@ class ServingSim:
         self.limits = limits
         self.events = events or EventQueue()
         self.cache = KVCache(cache_config, clock=lambda: self.events.now, policy=policy)
-        self.h2d = Link(self.events, cost.transfer_time, "h2d")
-        self.d2h = Link(self.events, cost.transfer_time, "d2h")
+        self.h2d = Link(self.events, cost.transfer_time)
+        self.d2h = Link(self.events, cost.transfer_time)
         self.waiting: list[SimRequest] = []
         self.running: list[SimRequest] = []
         self.busy = _Busy()
@@ -134,7 +131,6 @@ class ServingSim:
         plan = self.cache.plan_prefetch()
         self._honour(plan.evicted)
         for task in plan.tasks:
-            self.busy.prefetch_loads += 1
             self.h2d.background(task.tokens, lambda t=task: self._loaded(t))
 
     def _loaded(self, task) -> None:
@@ -194,7 +190,6 @@ class ServingSim:
             slots = slots + more.slots
         ready_at = max(ready_at, self._honour(adm.evicted))
         if adm.load is not None:
-            self.busy.demand_loads += 1
             ready_at = max(ready_at, self.h2d.demand(adm.load.tokens, lambda t=adm.load: cache.complete_load(t)))
         request._lock = adm.match.last_node
         request._slots = slots
@@ -252,7 +247,6 @@ class ServingSim:
     def _run(self, end: float, compute_s: float, admitted: list[SimRequest], k: int) -> None:
         self._computing = True
         self.busy.compute_s += compute_s
-        self.busy.iterations += k
         self.events.schedule(end, self._iteration_done, admitted, k)
 
     def _iteration_done(self, admitted: list[SimRequest], k: int) -> None:
@@ -270,7 +264,7 @@ class ServingSim:
             self._finish(r)
         for r in finished:
             r.on_done(r)
-        if finished and self.system.prefetch:
+        if finished:
             self._prefetch()
         self._kick()
 

@@ -20,15 +20,12 @@ Done = Callable[[], Any]
 
 
 class Link:
-    def __init__(self, events: EventQueue, seconds_for: Callable[[int], float], name: str) -> None:
+    def __init__(self, events: EventQueue, seconds_for: Callable[[int], float]) -> None:
         self.events = events
         self.seconds_for = seconds_for
-        self.name = name
         self.busy_until = 0.0
         self.busy_s = 0.0
-        self.moved_tokens = 0
         self._background: deque[tuple[int, Done]] = deque()
-        self._idle_check_at: float | None = None
 
     def demand(self, tokens: int, done: Done) -> float:
         """Commit a copy now (behind committed ones); returns its completion time."""
@@ -39,16 +36,11 @@ class Link:
         self._background.append((tokens, done))
         self._pump()
 
-    @property
-    def pending(self) -> int:
-        return len(self._background)
-
     def _commit(self, tokens: int, done: Done) -> float:
         start = max(self.events.now, self.busy_until)
         seconds = self.seconds_for(tokens)
         self.busy_until = start + seconds
         self.busy_s += seconds
-        self.moved_tokens += tokens
         self.events.schedule(self.busy_until, self._finish, done)
         return self.busy_until
 
