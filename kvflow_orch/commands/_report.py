@@ -61,25 +61,22 @@ class AgentSummary(NamedTuple):
 
 
 def summarize_agents(result: RunResult) -> list[AgentSummary]:
-    agents: dict[str, dict[str, Any]] = {}
+    """One summary per agent that made calls, in order of its first call."""
+    calls: dict[str, list[Any]] = {}
     for call in result.calls:
-        agents.setdefault(call.agent, {"calls": 0, "prompt": 0, "cached": 0, "seconds": 0.0})
-    for call in result.calls:
-        a = agents[call.agent]
-        a["calls"] += 1
-        a["prompt"] += call.prompt_tokens
-        a["cached"] += call.cached_tokens
-        a["seconds"] += call.duration_s
-    sent: dict[str, list[int | None]] = {name: [] for name in agents}
-    for call in result.calls:
-        if call.hint is not None:
-            for name, value in call.hint["steps"].items():
-                if name in sent:
-                    sent[name].append(value)
-    return [
-        AgentSummary(name, a["calls"], tuple(sent[name]), a["prompt"], a["cached"], a["prompt"] - a["cached"], a["seconds"])
-        for name, a in agents.items()
-    ]
+        calls.setdefault(call.agent, []).append(call)
+    sent: dict[str, list[int | None]] = {name: [] for name in calls}
+    for call in (c for c in result.calls if c.hint is not None):
+        for name, value in call.hint["steps"].items():
+            if name in sent:
+                sent[name].append(value)
+    summaries = []
+    for name, own in calls.items():
+        prompt = sum(c.prompt_tokens for c in own)
+        cached = sum(c.cached_tokens for c in own)
+        seconds = sum(c.duration_s for c in own)
+        summaries.append(AgentSummary(name, len(own), tuple(sent[name]), prompt, cached, prompt - cached, seconds))
+    return summaries
 
 
 AGENT_COLUMNS = ("agent", "calls", "steps sent", "prompt tok", "cached", "recomputed", "time s")
@@ -120,7 +117,7 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]
             table.add_row(*row)
         Console(file=stream).print(table)
         return
-    widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) for i, c in enumerate(columns)]
+    widths = [max([len(str(c)), *(len(str(r[i])) for r in rows)]) for i, c in enumerate(columns)]
     print(title, file=stream)
     for row in (list(columns), *rows):
         cells = [str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths))]
