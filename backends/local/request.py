@@ -70,9 +70,11 @@ class RequestState:
         self.outputs.append(token)
         if token in self.tokenizer.eos_token_ids and not sampling.ignore_eos:
             return "stop"
+        searched = len(self.text)
         self.text += self._decoder.push(token)
         for stop in sampling.stop:
-            cut = self.text.find(stop)
+            # only a match that ends in the new text is new: do not rescan the whole output every token
+            cut = self.text.find(stop, max(0, searched - len(stop) + 1) if stop else 0)
             if cut >= 0:
                 self.text = self.text[:cut]
                 return "stop"
