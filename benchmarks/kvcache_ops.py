@@ -5,8 +5,8 @@
    ``match`` (match_prefix), ``insert`` (match, allocate the uncached tail, insert; evicting as
    needed) and ``evict`` (evict_device(64)). ``lru`` runs without hints; ``kvflow`` also tags an
    agent's fixed prefix on every insert and applies a steps update for 100 agents every 100 ops.
-   The SGLang ``RadixCache`` comparison is a hook (:func:`sglang_op_cost`) filled in by the SGLang
-   plugin work; it is skipped when sglang is not importable.
+   The same ops also run on SGLang's own ``RadixCache`` (:func:`sglang_op_cost`, simulated mode,
+   LRU) where sglang is importable (``.venv-sglang``); skipped otherwise.
 2. **Policy quality.** Token-level replay (no model) of the paper's synthetic sequential workflow
    (10 agents, fixed 4096 / dynamic 32 / output 32, 10 rounds) and a cyclic MetaGPT-style trace
    (5 roles in a ring, fixed 2k-4k tokens sharing a 256-token preamble, 10 rounds), with a device
@@ -120,7 +120,7 @@ def ours_op_cost(policy: str, work: OpWorkload, seed: int) -> dict[str, float]:
 
 
 def sglang_op_cost(work: OpWorkload) -> dict[str, float] | None:
-    """SGLang plugin work (helper F): replay ``work`` on SGLang's own legacy ``RadixCache`` in
+    """Replay ``work`` on SGLang's own legacy ``RadixCache`` in
     simulated mode (the scheduler's in-batch tree; no KV pools) with LRU, and return the same keys
     as :func:`ours_op_cost`; ``None`` when sglang is not importable (skipped).
 
@@ -198,7 +198,7 @@ def run_op_cost(args: argparse.Namespace) -> None:
         print(f"{name:<20}{int(row['nodes']):>8}{cells}{row['total_s']:>10.2f}")
     print(f"ratio kvflow/lru total: {rows['kvflow']['total_s'] / rows['lru']['total_s']:.2f}")
     if sglang is None:
-        print("sglang not importable (or hook not filled): SGLang RadixCache comparison skipped")
+        print("sglang not importable here: SGLang RadixCache comparison skipped (run with .venv-sglang)")
     else:
         per_op = ", ".join(f"{k} {rows['lru'][k] / sglang[k]:.3g}" for k in ("match", "insert", "evict")
                            if k in sglang and sglang[k])
@@ -236,7 +236,7 @@ def _ring_steps(order: Sequence[str], current: int) -> dict[str, int]:
 
 
 def _ring_trace(name: str, fixed: dict[str, tuple[int, ...]], rounds: int, dyn: int, out: int,
-                rng: random.Random, fresh) -> Trace:
+                fresh) -> Trace:
     order = list(fixed)
     reqs = []
     for _ in range(rounds):
@@ -246,26 +246,24 @@ def _ring_trace(name: str, fixed: dict[str, tuple[int, ...]], rounds: int, dyn: 
     return Trace(name, fixed, reqs)
 
 
-def synthetic_trace(seed: int, agents: int = 10, fixed: int = 4096, dyn: int = 32, out: int = 32,
+def synthetic_trace(agents: int = 10, fixed: int = 4096, dyn: int = 32, out: int = 32,
                     rounds: int = 10) -> Trace:
     """The paper's sequential workflow; rounds follow each other, so after the last agent the
     first one is next (steps are distances around that loop)."""
-    rng = random.Random(seed)
     fresh = iter(range(1, 1 << 62))
     prompts = {f"agent{i}": tuple(next(fresh) for _ in range(fixed)) for i in range(agents)}
-    return _ring_trace("synthetic-seq-10x4096", prompts, rounds, dyn, out, rng, fresh)
+    return _ring_trace("synthetic-seq-10x4096", prompts, rounds, dyn, out, fresh)
 
 
-def metagpt_trace(seed: int, rounds: int = 10) -> Trace:
+def metagpt_trace(rounds: int = 10) -> Trace:
     """MetaGPT-style roles in a cycle (each project hands over to the next one), with a shared
     256-token company preamble."""
-    rng = random.Random(seed)
     fresh = iter(range(1, 1 << 62))
     preamble = tuple(next(fresh) for _ in range(256))
     sizes = {"product_manager": 3072, "architect": 4096, "project_manager": 2048,
              "engineer": 4096, "qa_engineer": 3072}
     prompts = {role: preamble + tuple(next(fresh) for _ in range(n - 256)) for role, n in sizes.items()}
-    return _ring_trace("metagpt-cycle-5roles", prompts, rounds, 64, 128, rng, fresh)
+    return _ring_trace("metagpt-cycle-5roles", prompts, rounds, 64, 128, fresh)
 
 
 def replay(trace: Trace, policy: str, device_tokens: int, host_tokens: int, prefetch: bool,
@@ -298,15 +296,14 @@ def replay(trace: Trace, policy: str, device_tokens: int, host_tokens: int, pref
         alloc = cache.alloc_device(len(full) - len(have))
         if alloc.slots is None:
             raise RuntimeError("device pool too small for one request")
-        res = cache.insert(full, have + alloc.slots, agent=("ns", req.agent), fixed_prefix_tokens=len(req.fixed))
+        cache.insert(full, have + alloc.slots, agent=("ns", req.agent), fixed_prefix_tokens=len(req.fixed))
         cache.unlock(adm.match.last_node)
-        del res
     cache.check_integrity()
     return hit / total
 
 
 def run_quality(args: argparse.Namespace) -> None:
-    for trace in (synthetic_trace(args.seed), metagpt_trace(args.seed)):
+    for trace in (synthetic_trace(), metagpt_trace()):  # deterministic: --seed is for op cost
         all_fixed = sum(len(f) for f in trace.agents.values())
         print(f"== policy quality: {trace.name}, {len(trace.requests)} requests, fixed prompts "
               f"{all_fixed} tokens; device-hit ratio of fixed-prompt tokens")
