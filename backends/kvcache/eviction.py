@@ -57,7 +57,7 @@ class EvictionMixin:
             if node is None:
                 break
             freed += self._drop_subtree(node)  # a parent left as a host leaf joins the queue
-        queue.end(set())
+        queue.end()
         return EvictResult(freed, (), freed)
 
     def _victims(self: KVCache, n: int, stop: Callable[[Node], bool] | None = None) -> tuple[list[Node], int]:
@@ -80,7 +80,7 @@ class EvictionMixin:
             if (parent.parent is not None and _device_evictable(parent)
                     and all(c.device is None or c in gone for c in parent.children.values())):
                 queue.offer(parent)
-        queue.end(set())  # nothing is consumed yet; entries of evicted nodes become garbage
+        queue.end()  # nothing is evicted yet; entries of nodes evicted later become garbage
         return chosen, got
 
     def _evict_nodes(self: KVCache, victims: list[Node]) -> EvictResult:

@@ -9,8 +9,8 @@ this queue keeps its heap between calls and repairs it lazily:
   clock) makes the next pass push fresh entries for the members that ``volatile`` names (for
   kvflow: tagged nodes; older entries repair themselves when popped); ``epoch_of()`` (a tag
   removed) makes it rebuild the heap from ``members``;
-* entries of nodes that left ``members`` are dropped when popped; a pass restores the entries it
-  popped but did not consume (e.g. locked nodes), so nothing is lost.
+* entries of nodes that left ``members`` are dropped when popped; a pass pushes back every entry
+  it popped (e.g. locked nodes), so nothing is lost.
 """
 
 from __future__ import annotations
@@ -91,9 +91,9 @@ class LeafQueue:
                 return node
         return None
 
-    def end(self, consumed: set[Node]) -> None:
-        """Finish a pass: entries popped but not consumed go back into the heap."""
+    def end(self) -> None:
+        """Finish a pass: every entry it popped goes back into the heap (those of nodes the caller
+        removed meanwhile are garbage, dropped when popped again)."""
         for entry in self._taken:
-            if entry[2] not in consumed:
-                heapq.heappush(self._heap, entry)
+            heapq.heappush(self._heap, entry)
         self._taken, self._extra, self._seen = [], set(), set()
