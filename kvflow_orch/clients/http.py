@@ -6,7 +6,7 @@ top-level ``custom_params.kvflow`` and steps updates go to ``POST /kvflow/v1/ste
 else (404, not JSON) means a plain OpenAI-compatible server: no hints, no updates, one warning.
 
 Connection failures and 502/503/504 are retried ``retries`` times with exponential backoff; then
-a :class:`BackendError` names the URL. A reply that is not a chat completion is a
+a :class:`BackendError` names the URL. A read timeout is not retried (the server got the request). A reply that is not a chat completion is a
 :class:`BackendError` too (the runtime adds the node's name).
 """
 
@@ -126,7 +126,9 @@ class HttpClient(LLMClient):
             try:
                 response = await self._http.request(method, path, **kwargs)
             except httpx.TransportError as exc:  # includes every timeout
-                if last:
+                # A read timeout means the server has the request and is still on it: a retry
+                # would double its work and multiply the wait by retries + 1.
+                if last or isinstance(exc, httpx.ReadTimeout):
                     raise BackendError(
                         self.name,
                         f"{method} {path} failed after {attempt + 1} attempts: {type(exc).__name__}: {exc or 'no reply'}",

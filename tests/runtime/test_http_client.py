@@ -100,6 +100,15 @@ async def test_unavailable_is_retried_with_backoff():
         srv.stop()
 
 
+async def test_read_timeout_is_not_retried(server):
+    server.behaviour.delay_s = 0.5
+    client = HttpClient(server.url, HttpConfig(retries=2, backoff_s=0.01, read_timeout_s=0.2))
+    with pytest.raises(BackendError, match=f"ReadTimeout.*{server.url}"):
+        await client.chat(MESSAGES, Sampling(), HINT)
+    await client.aclose()
+    assert len(server.chats()) == 1  # the server already had the request
+
+
 async def test_steps_updates_are_coalesced_and_done_is_final(server):
     client = HttpClient(server.url)
     await client.chat(MESSAGES, Sampling(), HINT)  # probe
