@@ -88,8 +88,7 @@ def load_trace(path: str | Path, seed: int = 0) -> Workload:
         start = min(r.time for r in recs) - t0
         first = min(r.offset_s for r in recs)
         end = max(r.offset_s + r.duration_s for r in recs)
-        fixed = {agent: tokens for (n, agent), tokens in prefixes.items() if n == ns and
-                 any(r.agent == agent for r in recs)}
+        fixed = {agent: prefixes[(ns, agent)] for agent in sorted({r.agent for r in recs})}
         instances.append(TraceInstance(wf, ns, fixed, _calls_of(recs), rng.randrange(2**31),
                                        start_s=start, recorded_s=end - first))
     calls = sum(len(i.calls) for i in instances)
