@@ -8,6 +8,7 @@ SGLang plugin computes exactly the same order on its own tree nodes.
 from __future__ import annotations
 
 import bisect
+import inspect
 import math
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Collection, Sequence
@@ -101,7 +102,7 @@ class BeladyPolicy(EvictionPolicy):
 
     name = "belady"
 
-    def __init__(self, future: Sequence[Sequence[int]], hints: HintTable | None = None) -> None:
+    def __init__(self, future: Sequence[Sequence[int]]) -> None:
         self._cursor = 0
         self._trie = RadixTree()
         self._uses: dict[int, list[int]] = {}
@@ -149,9 +150,9 @@ class BeladyPolicy(EvictionPolicy):
 
 
 _POLICIES: dict[str, Callable[..., EvictionPolicy]] = {
-    "lru": lambda hints, **_: LRUPolicy(),
-    "kvflow": lambda hints, **_: KVFlowPolicy(hints),
-    "belady": lambda hints, future=(), **_: BeladyPolicy(future, hints),
+    "lru": lambda hints: LRUPolicy(),
+    "kvflow": lambda hints: KVFlowPolicy(hints),
+    "belady": lambda hints, future=(): BeladyPolicy(future),
 }
 
 
@@ -163,10 +164,16 @@ def register_policy(name: str, factory: Callable[..., EvictionPolicy]) -> None:
 
 
 def make_policy(name: str, hints: HintTable, **options: Any) -> EvictionPolicy:
+    """Build a registered policy; an unknown name or an option the policy does not take (a typo
+    such as ``futur`` would otherwise leave Belady blind) raises ValueError."""
     try:
         factory = _POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown eviction policy {name!r}; known: {', '.join(sorted(_POLICIES))}") from None
+    try:
+        inspect.signature(factory).bind(hints, **options)
+    except TypeError as exc:
+        raise ValueError(f"eviction policy {name!r} does not take options {sorted(options)}: {exc}") from None
     return factory(hints, **options)
 
 

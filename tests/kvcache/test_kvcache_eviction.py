@@ -159,6 +159,10 @@ def test_policy_registry():
         make_policy("mru", HintTable())
     with pytest.raises(ValueError, match="unknown eviction policy"):
         KVCache(CacheConfig(device_tokens=4, policy="nope"))
+    with pytest.raises(ValueError, match="'belady' does not take options \\['futur'\\]"):
+        KVCache(CacheConfig(device_tokens=4, policy="belady"), policy_options={"futur": [(1,)]})
+    with pytest.raises(ValueError, match="'lru' does not take options"):
+        make_policy("lru", HintTable(), future=[])
 
 
 def test_eviction_order_agrees_with_sorting_by_kvflow_key(make_cache):
