@@ -2,24 +2,21 @@
 served by uvicorn on 127.0.0.1 in a thread, with the debug routes on, plus the checks every test
 ends with (nothing held by a request, cache integrity, hint table size).
 
-``ThreadServer`` can be stopped abruptly and started again on the *same* port, which is what the
-kill/restart tests need and what ``backends.server.serve_in_thread`` (a fresh free port per call)
-does not offer.
+``ThreadServer`` is ``backends.server.serve_in_thread`` with a start and a kill instead of a
+``with`` block: it can be stopped abruptly and started again on the *same* port, as the kill/restart
+tests need.
 """
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator, NamedTuple
 
 import httpx
-import uvicorn
 
 from backends.local import Engine, EngineConfig
-from backends.server import ServerLimits, create_app
+from backends.server import RunningServer, ServerLimits, create_app, serve_in_thread
 from backends.server.debug import HINTS_ROUTE, INTEGRITY_ROUTE
 
 __all__ = ["Live", "ThreadServer", "live_server", "tiny_engine", "wait_idle", "integrity", "hint_summary", "BUSY_KEYS"]
@@ -37,49 +34,33 @@ def tiny_engine(*, load_copy: Any = None, **config: Any) -> Engine:
 
 
 class ThreadServer:
-    """uvicorn in a daemon thread on 127.0.0.1:``port`` (0: a free one, kept across restarts)."""
+    """``serve_in_thread`` held open between ``start`` and ``kill``, on 127.0.0.1:``port`` (0: a free
+    one, kept across restarts)."""
 
     def __init__(self, app: Any, port: int = 0) -> None:
         self.app = app
         self.port = port
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._sock: socket.socket | None = None
+        self._running: RunningServer | None = None
+        self._stack: ExitStack | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 60.0) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.port))
-        self.port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"test-server-{self.port}")
-        thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                server.should_exit = True
-                sock.close()
-                raise RuntimeError(f"test server on port {self.port} did not start")
-            time.sleep(0.01)
-        self._server, self._thread, self._sock = server, thread, sock
+        stack = ExitStack()
+        self._running = stack.enter_context(serve_in_thread(self.app, port=self.port, start_timeout_s=timeout_s))
+        self.port, self._stack = self._running.port, stack
 
     def kill(self, *, graceful: bool = False) -> None:
         """Stop at once: stop listening, drop connections, do not wait for requests in flight (with
         ``graceful``, let them finish and run the app's shutdown normally)."""
-        server, thread, sock = self._server, self._thread, self._sock
-        if server is None:
+        running, stack = self._running, self._stack
+        if running is None or stack is None:
             return
-        server.should_exit = True
-        server.force_exit = not graceful
-        if thread is not None:
-            thread.join(timeout=30)
-        if sock is not None:
-            sock.close()
-        self._server = self._thread = self._sock = None
+        running.server.force_exit = not graceful
+        self._running = self._stack = None
+        stack.close()
 
 
 class Live(NamedTuple):
