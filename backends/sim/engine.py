@@ -61,7 +61,6 @@ class SimRequest:
     generated: int = 0
     _lock: object = None
     _slots: tuple[int, ...] = ()
-    _cached: int = 0
 
     @property
     def context(self) -> int:
@@ -193,7 +192,6 @@ class ServingSim:
             ready_at = max(ready_at, self.h2d.demand(adm.load.tokens, lambda t=adm.load: cache.complete_load(t)))
         request._lock = adm.match.last_node
         request._slots = slots
-        request._cached = adm.match.cached_tokens
         request.cached_tokens = adm.match.cached_tokens
         request.admitted_s = self.events.now
         self.admission_log.append(request.prompt)
@@ -224,11 +222,11 @@ class ServingSim:
             self.waiting.remove(request)
             admitted.append(request)
             ready_at = max(ready_at, at)
-            budget -= _to_compute(request.prompt, request._cached)
+            budget -= _to_compute(request.prompt, request.cached_tokens)
             if budget <= 0:
                 break
         if admitted:
-            work = [Work(_to_compute(r.prompt, r._cached), r._cached) for r in admitted]
+            work = [Work(_to_compute(r.prompt, r.cached_tokens), r.cached_tokens) for r in admitted]
             work += [Work(1, r.context) for r in self.running]
             seconds = self.cost.forward_time(work)
             end = max(now + seconds, ready_at + self.cost.layer_time(seconds))
@@ -272,7 +270,7 @@ class ServingSim:
         cache = self.cache
         r.finish_s = self.events.now
         tokens = r.prompt + r.output
-        cached = cache.match_prefix(r.prompt[: r._cached]).device_slots[: r._cached]
+        cached = cache.match_prefix(r.prompt[: r.cached_tokens]).device_slots[: r.cached_tokens]
         res = cache.insert(tokens, cached + r._slots, agent=r.agent, fixed_prefix_tokens=r.fixed_tokens)
         self._offload(res.offload)
         cache.unlock(r._lock)
