@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Sequence
 
 from .sweep import ScenarioResult
 
-__all__ = ["config_label", "rows", "format_table", "write_json", "plot", "TargetCheck"]
+__all__ = ["config_label", "rows", "format_table", "write_json", "plot"]
 
 
 def config_label(sr: ScenarioResult) -> str:
@@ -87,12 +87,6 @@ def write_json(table: Sequence[dict[str, Any]], meta: dict[str, Any], path: Path
     return path
 
 
-class TargetCheck(NamedTuple):
-    name: str
-    ok: bool
-    detail: str
-
-
 # ---- plots ---------------------------------------------------------------------------------
 COLORS = {"gpu-only": "#9e9e9e", "hicache": "#5b8def", "kvflow-evict": "#f2a541", "kvflow": "#d1495b",
           "belady": "#2e933c", "infinite": "#222222"}
@@ -108,7 +102,7 @@ def plot(results: Sequence[ScenarioResult], outdir: Path, prefix: str = "") -> l
     outdir.mkdir(parents=True, exist_ok=True)
     groups: dict[str, list[ScenarioResult]] = {}
     for sr in results:
-        groups.setdefault(f"{sr.scenario.group}", []).append(sr)
+        groups.setdefault(sr.scenario.group, []).append(sr)
     paths = []
     for group, items in groups.items():
         systems = [s for s in COLORS if any(s in sr.results for sr in items)]

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from .cost import CostModel
-from .report import TargetCheck, config_label
+from .report import config_label
 from .sweep import ScenarioResult
 
-__all__ = ["prefetch_fits", "check_targets"]
+__all__ = ["TargetCheck", "prefetch_fits", "check_targets"]
+
+
+class TargetCheck(NamedTuple):
+    """One target: its name, whether the results meet it, and the figures behind the verdict."""
+
+    name: str
+    ok: bool
+    detail: str
 
 
 def prefetch_fits(sr: ScenarioResult) -> tuple[bool, str]:
