@@ -22,8 +22,6 @@ __all__ = ["ServerMetrics", "MetricsMiddleware", "render_metrics", "CONTENT_TYPE
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_]")
-
-
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
@@ -93,9 +91,7 @@ def _esc(value: str) -> str:
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
-    if isinstance(value, bool):
-        out[prefix] = float(value)
-    elif isinstance(value, (int, float)):
+    if isinstance(value, (int, float)):  # bool included: a flag becomes 0/1
         out[prefix] = float(value)
     elif isinstance(value, Mapping):
         for key, inner in value.items():
