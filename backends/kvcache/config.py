@@ -24,7 +24,8 @@ class CacheConfig:
     * ``max_tracked_agents`` / ``max_workflows``: memory bounds of the hint and segmentation tables;
       the least recently used entry is forgotten beyond them.
     * ``max_tracked_tokens``: bound on the prompt tokens the segmentation history and the fixed-prefix
-      table keep (each); ``None`` means max(4 x device_tokens, 2**20).
+      table keep (each; the most recent agent's entry is kept even when it alone is larger);
+      ``None`` means max(4 x device_tokens, 2**20).
     """
 
     device_tokens: int

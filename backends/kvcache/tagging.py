@@ -35,7 +35,10 @@ class TaggingMixin:
             return
         self._fixed[ref] = fixed
         self._fixed_total += len(fixed)
-        while len(self._fixed) > self.config.max_tracked_agents or self._fixed_total > self.config.tracked_tokens:
+        # The agent just tagged always stays (as in the Segmenter): forgetting it here would leave
+        # its tags on the tree with no record to untag them by when its boundary moves.
+        while len(self._fixed) > 1 and (len(self._fixed) > self.config.max_tracked_agents
+                                        or self._fixed_total > self.config.tracked_tokens):
             gone, tokens = self._fixed.popitem(last=False)  # least recently seen agent
             self._fixed_total -= len(tokens)
             self._untag(gone, tokens)

@@ -156,3 +156,13 @@ def test_due_lists_only_agents_with_a_known_fixed_prefix_most_urgent_first():
     assert hints.steps(("ns", "nofixed")) == 0  # no fixed prefix: costs no cap, keeps its steps
     hints.note_fixed_tokens(("ns", "b"), 0)  # b's prefix is gone: c fits now
     assert [ref for _, ref in hints.due(1)] == [("ns", "a"), ("ns", "c")]
+
+
+def test_a_prefix_longer_than_the_token_bound_stays_tracked_and_untags_when_it_moves(make_cache):
+    cache = make_cache(device_tokens=64, max_tracked_tokens=5)
+    ref = ("ns", "big")
+    put(cache, [7] * 8 + [1], agent=ref, fixed=8)
+    assert cache.fixed_prefix(ref) == (7,) * 8  # over the bound, but the newest entry is kept
+    put(cache, [7] * 3 + [2], agent=ref, fixed=3)  # boundary moves: the old tail is untagged
+    assert ref not in (cache.match_prefix([7] * 8).last_node.tags or set())
+    assert cache.match_prefix([7] * 3).last_node.tags == {ref}
