@@ -81,7 +81,7 @@ class Workflow:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: int | None = None,
-        stop: Sequence[str] = (),
+        stop: str | Sequence[str] = (),
     ) -> "Workflow":
         """Add a template LLM node (fixed ``system`` prompt, dynamic ``prompt``)."""
         if not isinstance(system, str):
@@ -191,7 +191,7 @@ class Workflow:
 
 def _sampling(name: str, max_tokens: int, temperature: float, top_p: float, seed, stop) -> Sampling:
     try:
-        return Sampling(max_tokens, float(temperature), float(top_p), seed, tuple(stop))
+        return Sampling(max_tokens, float(temperature), float(top_p), seed, stop)
     except (TypeError, ValueError) as exc:
         raise WorkflowError(f"agent node {name!r}: {exc}") from None
 

@@ -48,8 +48,6 @@ class AgentContext:
         unknown = set(sampling) - _SAMPLING_FIELDS
         if unknown:
             raise WorkflowError(f"node {self.node!r}: unknown sampling options {sorted(unknown)}; allowed: {sorted(_SAMPLING_FIELDS)}")
-        if "stop" in sampling:
-            sampling["stop"] = tuple(sampling["stop"] or ())
         params = dataclasses.replace(self._sampling, **sampling) if sampling else self._sampling
         messages = ({"role": "system", "content": self.system}, {"role": "user", "content": content})
         hint = self._run.hint_for(self.agent)

@@ -36,6 +36,10 @@ class Sampling:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
+        # One stop string may be given bare, as in the OpenAI API; tuple("END") would be 3 stops.
+        if not isinstance(self.stop, tuple):
+            stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+            object.__setattr__(self, "stop", stop)
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
             raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
         if self.temperature < 0:

@@ -110,3 +110,18 @@ def test_custom_agents_async_and_sync(server):
     assert result.state["draft"] == "reply to 4 words | reply to 2 words"
     assert result.state["final"] == "reply to 10 words"
     assert [r.llm_calls for r in result.trace] == [2, 1]
+
+
+def test_a_bare_stop_string_is_one_stop_sequence(server):
+    # tuple("END") would have made three one-letter stops
+    wf = Workflow("stops")
+    wf.add_agent("template", system="T.", prompt="go", output="x", stop="END")
+
+    @wf.agent(system="C.")
+    async def custom(ctx, state):
+        return {"y": await ctx.llm("go on", stop="\n\n")}
+
+    wf.add_edge(START, "template")
+    wf.add_edge("template", "custom")
+    run(wf, {}, backend=server.url)
+    assert [c["stop"] for c in server.chats()] == [["END"], ["\n\n"]]
