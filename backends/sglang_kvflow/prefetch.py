@@ -33,12 +33,6 @@ __all__ = ["after_hicache_events", "prefetch_step", "retire_finished", "is_ready
 logger = logging.getLogger(__name__)
 
 
-def _full(node: Any) -> Any:
-    from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
-
-    return node.component_data[ComponentType.FULL]
-
-
 def retire_finished(cache: Any, state: KVFlowState) -> int:
     """Forget prefetches SGLang has acknowledged; returns how many finished."""
     done = [anchor for anchor in state.inflight if anchor not in cache.ongoing_load_back]
@@ -64,13 +58,15 @@ def is_ready(cache: Any, node_id: Any, state: KVFlowState | None = None) -> bool
 def load_quota(cache: Any, state: KVFlowState, ref: Any) -> int:
     """Device tokens a prefetch for agent ``ref`` may take: free tokens plus unlocked,
     device-resident tokens that rank below the agent's own prefix in eviction order."""
+    from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+
     bar = kvflow_key({ref}, state.hints, float("inf"))[:2]
     quota = int(cache.token_to_kv_pool_allocator.available_size())
     stack = list(cache.tree_core.root_node.children.values())
     while stack:
         node = stack.pop()
         stack.extend(node.children.values())
-        full = _full(node)
+        full = node.component_data[ComponentType.FULL]
         if full.value is None or full.lock_ref > 0:
             continue
         if kvflow_key(node_tags(node), state.hints, node.last_access_time)[:2] < bar:
