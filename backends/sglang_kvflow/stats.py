@@ -43,7 +43,7 @@ def _add(into: dict[str, Any], other: dict[str, Any]) -> None:
     for key, value in other.items():
         if isinstance(value, dict):
             _add(into.setdefault(key, {}), value)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and key != "config":
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
             current = into.get(key)
             into[key] = value if not isinstance(current, (int, float)) else current + value
         else:

@@ -34,3 +34,16 @@ def test_snapshot_reveals_no_prompts_or_workflow_ids():
     text = json.dumps(state.snapshot())
     assert "secret" not in text and "31337" not in text and "coder" not in text
     assert state.snapshot()["workflows"] == 1 and state.snapshot()["agents_with_prefix"] == 1
+
+
+def test_stats_of_several_dp_ranks_add_up_and_keep_one_config():
+    from backends.sglang_kvflow.stats import merge_stats
+
+    rank = KVFlowState(PluginConfig(lookahead=2))
+    rank.counters["prefetch_issued"] = 3
+    replies = [dict(rank.snapshot(), device={"free_tokens": None, "capacity_tokens": 100}),
+               dict(rank.snapshot(), device={"free_tokens": 40, "capacity_tokens": 100})]
+    merged = merge_stats(replies)
+    assert merged["ranks"] == 2 and merged["counters"]["prefetch_issued"] == 6
+    assert merged["device"] == {"free_tokens": 40, "capacity_tokens": 200}
+    assert merged["config"] == rank.snapshot()["config"] and merged["config"]["lookahead"] == 2
