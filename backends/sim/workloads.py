@@ -87,6 +87,10 @@ class Workload:
     labels: Mapping[str, Any] = field(default_factory=dict)
     warmup: bool = True
 
+    def __post_init__(self) -> None:
+        if not self.instances:
+            raise ValueError(f"workload {self.name!r}: instances must be >= 1")
+
     @property
     def fixed_tokens_total(self) -> int:
         seen: dict[tuple[str, str], int] = {}
@@ -144,6 +148,8 @@ def synthetic(
 ) -> Workload:
     """The paper's single-workflow benchmark (``instances=1``) or its concurrent variant: several
     independent, non-sharing copies, each its own namespace (client id)."""
+    if fixed < 0:
+        raise ValueError(f"synthetic: fixed must be >= 0, got {fixed}")
     asg = synthetic_workflow(n_agents, branches)
     rng = random.Random(seed)
     insts = []
@@ -178,6 +184,8 @@ def from_workflow(
     ``tenant_header > 0`` gives each instance its own random header of that many tokens in front of
     every agent's prompt (per-tenant customised roles): the agents of one instance then share that
     partial prefix, and instances share nothing."""
+    if tenant_header < 0:
+        raise ValueError(f"{name}: tenant_header must be >= 0, got {tenant_header}")
     asg = wf if isinstance(wf, AgentStepGraph) else wf.compile()
     roles = {agent: text_tokens(asg.system_prompt(agent)) or (0,) for agent in asg.agents}
     rng = random.Random(seed)
@@ -186,6 +194,6 @@ def from_workflow(
         header = random_tokens(rng, tenant_header)
         spec = WorkflowSpec(asg, {a: header + t for a, t in roles.items()}, dynamic, output, loop_limit)
         insts.append(Instance(spec, f"{name}-{k}", f"client-{k}", seed=rng.randrange(2**31)))
-    labels = {"fixed": max(len(t) for t in insts[0].spec.fixed.values()), "dynamic": dynamic,
+    labels = {"fixed": tenant_header + max(len(t) for t in roles.values()), "dynamic": dynamic,
               "output": output, "loops": loop_limit, "instances": instances, "agents": len(roles)}
     return Workload(name, tuple(insts), labels)

@@ -47,3 +47,11 @@ def test_bad_input_is_a_clear_error(tmp_path):
     bad.write_text('{"v": 1, "time": 1}\n')
     rc, _, err = _run(["bench", "replay", str(bad), "--out", str(tmp_path)])
     assert rc == 2 and "bad.jsonl:1" in err
+
+
+def test_impossible_workload_sizes_are_clear_errors(tmp_path):
+    for argv, message in ((["--instances", "0"], "instances must be >= 1"),
+                          (["--workload", "peer", "--instances", "0"], "instances must be >= 1"),
+                          (["--fixed", "-5"], "fixed must be >= 0, got -5")):
+        rc, _, err = _run(["bench", "sim", *argv, "--out", str(tmp_path), "--no-plots"])
+        assert rc == 2 and message in err, (argv, err)
