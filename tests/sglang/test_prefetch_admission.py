@@ -138,9 +138,18 @@ def test_prefetch_respects_slots_inflight_cap_and_quota(make_rig, state):
 
 
 def test_untagged_requests_are_never_blocked(make_rig, state):
-    from backends.sglang_kvflow.prefetch import is_ready
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
-    rig = make_rig(size=16, policy="kvflow", hicache=True)
+    from backends.sglang_kvflow.prefetch import is_ready, prefetch_step
+    from backends.sglang_kvflow.tags import on_request_queued
+
+    rig = make_rig(size=32, policy="kvflow", hicache=True)
+    req = rig.make_req(FIXED + [50], _hint("A", {"A": 1}))
+    on_request_queued(None, req)
+    rig.run_req(req)
+    rig.cache.evict(EvictParams(num_tokens=32))
     rig.run_req(rig.make_req([7, 7, 7, 7]))
+    assert prefetch_step(rig.cache) == 1  # a prefetch in flight: readiness now walks the path
+    assert not is_ready(rig.cache, _match(rig, FIXED).last_device_node)
     assert is_ready(rig.cache, _match(rig, [7, 7, 7, 7]).last_device_node)
     assert is_ready(rig.cache, None)
