@@ -46,10 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--standard", action="store_true",
                      help="run the standard sweep (the committed benchmarks/results); other workload flags are ignored")
     sim.add_argument("--workload", default="synthetic", choices=("synthetic", "concurrent", "metagpt", "peer"))
-    sim.add_argument("--fixed", type=int, nargs="+", default=[4096])
+    sim.add_argument("--fixed", type=int, nargs="+", default=None,
+                     help="fixed-prefix tokens (default 4096; synthetic and concurrent only)")
     sim.add_argument("--dynamic", type=int, default=None, help="dynamic tokens (default 32; 256 concurrent/graphs)")
     sim.add_argument("--output", type=int, nargs="+", default=[32])
-    sim.add_argument("--branches", type=int, nargs="+", default=[1])
+    sim.add_argument("--branches", type=int, nargs="+", default=None,
+                     help="candidates per stage (default 1; synthetic and concurrent only)")
     sim.add_argument("--instances", type=int, nargs="+", default=[1])
     sim.add_argument("--agents", type=int, default=10)
     sim.add_argument("--rounds", type=int, default=None, help="rounds (default 10; 2 for concurrent)")
@@ -98,8 +100,12 @@ def _scenarios(args: argparse.Namespace):
     out = []
     concurrent = args.workload == "concurrent"
     dynamic = args.dynamic if args.dynamic is not None else (256 if args.workload != "synthetic" else 32)
+    graph = args.workload in ("metagpt", "peer")
+    if graph and (len(args.output) > 1 or args.fixed or args.branches):
+        # the graphs' prompts are their agents' own; a grid over them would be silently ignored
+        raise ValueError(f"--workload {args.workload} takes one --output value and no --fixed or --branches")
     for n in args.instances:
-        if args.workload in ("metagpt", "peer"):
+        if graph:
             import importlib
 
             wf = getattr(importlib.import_module(f"workflows.{args.workload}"), args.workload)()
@@ -107,9 +113,9 @@ def _scenarios(args: argparse.Namespace):
                               loop_limit=args.rounds or 3, instances=n, tenant_header=1024, seed=args.seed)
             out.append(Scenario(args.workload, hw, model, w, args.device_tokens, args.host_tokens))
             continue
-        for branches in args.branches:
+        for branches in args.branches or [1]:
             for output in args.output:
-                for fixed in args.fixed:
+                for fixed in args.fixed or [4096]:
                     w = synthetic(fixed=fixed, dynamic=dynamic, output=output, branches=branches, n_agents=args.agents,
                                   rounds=args.rounds or (2 if concurrent else 10), instances=n, seed=args.seed)
                     out.append(Scenario(args.workload, hw, model, w, args.device_tokens, args.host_tokens))

@@ -52,6 +52,8 @@ def test_bad_input_is_a_clear_error(tmp_path):
 def test_impossible_workload_sizes_are_clear_errors(tmp_path):
     for argv, message in ((["--instances", "0"], "instances must be >= 1"),
                           (["--workload", "peer", "--instances", "0"], "instances must be >= 1"),
-                          (["--fixed", "-5"], "fixed must be >= 0, got -5")):
+                          (["--fixed", "-5"], "fixed must be >= 0, got -5"),
+                          (["--workload", "metagpt", "--output", "32", "64"], "takes one --output value"),
+                          (["--workload", "peer", "--fixed", "4096"], "no --fixed or --branches")):
         rc, _, err = _run(["bench", "sim", *argv, "--out", str(tmp_path), "--no-plots"])
         assert rc == 2 and message in err, (argv, err)
