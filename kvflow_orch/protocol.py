@@ -28,6 +28,7 @@ __all__ = [
     "StepsUpdate",
     "HintError",
     "steps_to_wire",
+    "check_name",
     "attach_hint",
     "extract_hint",
 ]
@@ -44,7 +45,9 @@ class HintError(ValueError):
     """A hint or steps update that does not follow the protocol; the message names the field."""
 
 
-def _check_name(value: str, what: str) -> str:
+def check_name(value: str, what: str) -> str:
+    """``value`` if it is a valid id (non-empty, at most MAX_NAME_LEN characters); else ValueError
+    naming ``what``."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} must be a non-empty string")
     if len(value) > MAX_NAME_LEN:
@@ -56,7 +59,7 @@ def _check_steps(steps: dict[str, int | None]) -> dict[str, int | None]:
     if len(steps) > MAX_AGENTS:
         raise ValueError(f"steps names {len(steps)} agents; the limit is {MAX_AGENTS}")
     for agent, value in steps.items():
-        _check_name(agent, "agent name in steps")
+        check_name(agent, "agent name in steps")
         if value is not None and value < 0:
             raise ValueError(f"steps[{agent!r}] is {value}; steps-to-execution must be >= 0 or null")
     return steps
@@ -80,7 +83,7 @@ class KVFlowHint(_Strict):
     fixed_prefix: int | None = Field(default=None, ge=0)
 
     _v_ids = field_validator("workflow_id", "namespace", "agent")(
-        lambda v, info: _check_name(v, info.field_name)
+        lambda v, info: check_name(v, info.field_name)
     )
     _v_steps = field_validator("steps")(lambda v: _check_steps(v))
 
@@ -97,7 +100,7 @@ class StepsUpdate(_Strict):
     done: bool = False
 
     _v_ids = field_validator("workflow_id", "namespace")(
-        lambda v, info: _check_name(v, info.field_name)
+        lambda v, info: check_name(v, info.field_name)
     )
     _v_steps = field_validator("steps")(lambda v: _check_steps(v))
 

@@ -37,7 +37,7 @@ from .constants import END, START
 from .context import AgentContext
 from .errors import WorkflowError
 from .nodes import AgentNode, CustomAgentNode, FunctionNode, render_prompt
-from .protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate, steps_to_wire
+from .protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate, check_name, steps_to_wire
 from .trace import CallRecord, NodeRecord
 from ._state import StateStore
 from ._threads import run_in_thread
@@ -255,15 +255,17 @@ async def arun(
     asg = _compile(workflow)
     if not isinstance(max_steps, int) or max_steps <= 0:
         raise WorkflowError(f"max_steps must be a positive integer, got {max_steps!r}")
+    workflow_id = workflow_id or f"{asg.name}-{uuid.uuid4().hex[:12]}"
+    namespace = namespace or DEFAULT_NAMESPACE
+    # Checked here, not by the first hint: the run would fail mid-way, and again in `finally`
+    # when the done update is built, masking the first error and leaving the client open.
+    for what, value in (("workflow_id", workflow_id), ("namespace", namespace)):
+        try:
+            check_name(value, what)
+        except ValueError as exc:
+            raise WorkflowError(str(exc)) from None
     opened = open_client(backend)
-    run_ = _Execution(
-        asg,
-        opened.client,
-        workflow_id or f"{asg.name}-{uuid.uuid4().hex[:12]}",
-        namespace or DEFAULT_NAMESPACE,
-        max_steps,
-        on_event,
-    )
+    run_ = _Execution(asg, opened.client, workflow_id, namespace, max_steps, on_event)
     try:
         state = await run_.drive(inputs or {})
     finally:

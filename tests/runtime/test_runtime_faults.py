@@ -184,6 +184,15 @@ def test_bad_node_return_and_bad_inputs(server):
         run(wf, {}, backend=server.url, max_steps=0)
 
 
+def test_bad_workflow_id_or_namespace_fails_before_anything_runs(server):
+    wf = chain(lambda s: END, ["b", END])
+    with pytest.raises(WorkflowError, match="workflow_id is 300 characters long; the limit is 256"):
+        run(wf, {}, backend=server.url, workflow_id="w" * 300)
+    with pytest.raises(WorkflowError, match="namespace is 257 characters long"):
+        run(wf, {}, backend=server.url, namespace="n" * 257)
+    assert server.requests == []
+
+
 def test_prompt_missing_state_key_names_node(server):
     wf = Workflow("tmpl")
     wf.add_agent("w", system="W.", prompt="about {topic}")
