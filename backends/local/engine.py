@@ -62,13 +62,18 @@ class Engine:
     async def start(self) -> None:
         self._ensure_started()
 
-    def _ensure_started(self) -> None:
+    def _ensure_started(self, enqueue: Callable[[], None] | None = None) -> None:
+        """Start the loop thread if needed, then run ``enqueue`` (queue a scheduler command) under the
+        lock ``close`` takes: a command queued before the engine stops is drained by its shutdown (the
+        request failed, the inspection answered), never left in a queue nobody reads any more."""
         with self._lock:
             if self._stop:
                 raise EngineError("the engine has been shut down")
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="kvflow-engine", daemon=True)
                 self._thread.start()
+            if enqueue is not None:
+                enqueue()
 
     async def shutdown(self) -> None:
         await asyncio.to_thread(self.close)
@@ -121,7 +126,6 @@ class Engine:
 
     def _submit(self, request: GenerateRequest) -> asyncio.Queue[StreamEvent | BaseException]:
         self._validate(request)
-        self._ensure_started()
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[StreamEvent | BaseException] = asyncio.Queue()
 
@@ -136,7 +140,7 @@ class Engine:
             self._seed_counter += 1
             fallback_seed = self.config.seed * 1_000_003 + self._seed_counter
         state = RequestState(request, sink, self.tokenizer, make_generator(request.sampling, fallback_seed))
-        self.scheduler.submit(state)
+        self._ensure_started(lambda: self.scheduler.submit(state))
         self._wake.set()
         return events
 
@@ -185,8 +189,8 @@ class Engine:
             if not future.done():
                 future.set_result(value) if ok else future.set_exception(value)
 
-        self._ensure_started()
-        self.scheduler.inspect(fn, lambda ok, value: loop.call_soon_threadsafe(settle, ok, value))
+        self._ensure_started(
+            lambda: self.scheduler.inspect(fn, lambda ok, value: loop.call_soon_threadsafe(settle, ok, value)))
         self._wake.set()
         return await future
 
