@@ -35,11 +35,9 @@ class PrefetchWorker:
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._thread = threading.Thread(target=self._run, name="kvflow-prefetch", daemon=True)
         self._stopped = False
-        self.pending = 0
         self._thread.start()
 
     def submit(self, task: Any) -> None:
-        self.pending += 1
         self._tasks.put(task)
 
     def drain(self) -> list[FinishedLoad]:
@@ -49,7 +47,6 @@ class PrefetchWorker:
                 out.append(self._done.get_nowait())
             except queue.Empty:
                 break
-        self.pending -= len(out)
         return out
 
     def stop(self) -> None:
