@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from backends.base import GenerateRequest, SamplingParams, StreamEvent
 from backends.local import EngineConfig
-from backends.local.pools import copy_slots
 from backends.local.request import Phase, RequestState
 from backends.local.scheduler import Scheduler
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
@@ -57,8 +56,7 @@ def test_loading_prefix_is_skipped_and_ready_requests_run(tiny):
         sched.cache.apply_steps(StepsUpdate(workflow_id="wf", steps={"planner": 1}))
         plan = sched.cache.plan_prefetch()
         assert plan.tasks, "the planner's fixed prefix should be planned for prefetch"
-        for demotion in plan.evicted.demoted:
-            copy_slots(sched.device_pool, demotion.device_slots, sched.host_pool, demotion.host_slots)
+        sched.tiers.demote(plan.evicted)
 
         planner, planner_events = submit(sched, tiny, request(tiny, "planner"))
         coder, coder_events = submit(sched, tiny, request(tiny, "coder", "Another step."))
@@ -69,8 +67,7 @@ def test_loading_prefix_is_skipped_and_ready_requests_run(tiny):
         assert planner.phase is Phase.WAITING and not planner_events
 
         for task in plan.tasks:
-            copy_slots(sched.host_pool, task.host_slots, sched.device_pool, task.device_slots)
-            sched.cache.complete_load(task)
+            sched.tiers.load_now(task)
         run_all(sched)
         assert output(planner_events) == reference
         assert sched.snapshot["prefetch_hit_tokens"] > 0
