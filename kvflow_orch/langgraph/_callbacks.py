@@ -4,7 +4,8 @@ LangGraph reports every run to the callbacks attached with ``with_config(callbac
 
 * the **root** run is the graph itself (a chain run named like the graph whose parent we never
   saw); its workflow id is ``metadata["kvflow_workflow_id"]``, else the thread id, else the root
-  run id. Runs sharing a workflow id share one :class:`LiveWorkflow`;
+  run id (also when the chosen id is one the protocol refuses, with a TrackingWarning). Runs
+  sharing a workflow id share one :class:`LiveWorkflow`;
 * a **node task** is a direct child of the root whose ``langgraph_node`` metadata equals its name
   and that carries the tag ``graph:step:N``;
 * a **branch** run is a direct child of a node task tagged ``seq:step:K`` with K >= 2 (the node's
@@ -21,6 +22,7 @@ forgets it. Each root's end sends ``done=true`` to the backend.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -29,10 +31,10 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from ..constants import START
-from ..protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate
+from ..protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate, check_name
 from ._backend import Backend
 from ._compile import Routes
-from ._live import LiveWorkflow
+from ._live import LiveWorkflow, TrackingWarning
 
 __all__ = ["KVFlowCallbackHandler"]
 
@@ -147,6 +149,11 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
     # ----------------------------------------------------------------- workflow lifecycle
     def _begin_root(self, run_id: UUID, md: Mapping[str, Any]) -> None:
         wid = str(md.get("kvflow_workflow_id") or md.get("thread_id") or run_id)
+        try:
+            check_name(wid, "workflow id")
+        except ValueError as exc:  # every hint would fail, and with it the app's LLM request
+            warnings.warn(f"{exc}; this run uses its root run id {run_id} instead", TrackingWarning, stacklevel=2)
+            wid = str(run_id)
         live, count = self._workflows.get(wid, (None, 0))
         if live is None:
             live = self._paused.pop(wid, None) or LiveWorkflow(self.asg, wid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..errors import WorkflowError
+from ..protocol import check_name
 from ._backend import Backend
 from ._callbacks import KVFlowCallbackHandler
 from ._compile import compile_langgraph, graph_routes
@@ -32,6 +33,8 @@ def instrument(
             f"instrument() needs a compiled LangGraph graph, got {type(compiled_graph).__name__}: "
             f"call graph.compile() first"
         )
+    if namespace:
+        check_name(namespace, "namespace")
     asg = compile_langgraph(compiled_graph, agents)
     config = getattr(compiled_graph, "config", None) or {}
     handler = KVFlowCallbackHandler(

@@ -13,7 +13,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from lg_apps import EXPECTED, calls_by_workflow, chat_model, in_call_order, software_company
 
-from kvflow_orch.langgraph import PlainServerWarning, handler_of, instrument
+from kvflow_orch.langgraph import PlainServerWarning, TrackingWarning, handler_of, instrument
 
 
 def assert_steps_updates(server, workflow_ids) -> None:
@@ -118,3 +118,17 @@ def test_bad_arguments_are_clear_errors(server):
 
     with pytest.raises(WorkflowError, match="functional API"):
         instrument(functional)
+
+
+def test_an_invalid_workflow_id_falls_back_to_the_root_run_id(server):
+    app = instrument(software_company(server.url), namespace="shop", backend_url=server.url)
+    with pytest.warns(TrackingWarning, match="workflow id is 300 characters long"):
+        app.invoke({"run": "long"}, {"metadata": {"kvflow_workflow_id": "w" * 300}})
+    handler_of(app).backend.flush()
+    (wid,) = calls_by_workflow(server)
+    assert len(wid) == 36  # the root run id
+    assert in_call_order(calls_by_workflow(server)[wid]) == EXPECTED
+    assert_steps_updates(server, [wid])
+    with pytest.raises(ValueError, match="namespace is 257 characters long"):
+        instrument(software_company(server.url), namespace="n" * 257)
+    handler_of(app).backend.close()
