@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _engine_workload import describe_machine, random_tokens, sampling  # noqa: E402
+from _engine_workload import describe_machine, random_tokens, run_sequential, sampling  # noqa: E402
 
 from backends.base import GenerateRequest  # noqa: E402
 from backends.local import Engine, EngineConfig  # noqa: E402
@@ -59,22 +59,13 @@ def workflow_requests(engine: Engine, args: argparse.Namespace) -> list[list[Gen
 
 
 def run_config(args: argparse.Namespace, policy: str, prefetch: bool, device_tokens: int, host_tokens: int) -> dict:
-    import asyncio
-
     engine = Engine(EngineConfig(model=args.model, device_tokens=device_tokens, host_tokens=host_tokens,
                                  policy=policy, prefetch=prefetch, dtype=args.dtype))
-    rounds = workflow_requests(engine, args)
-
-    async def go() -> list[float]:
-        times = []
-        for batch in rounds:
-            start = time.perf_counter()
-            for request in batch:
-                await engine.generate(request)
-            times.append(time.perf_counter() - start)
-        return times
-
-    times = asyncio.run(go())
+    times = []
+    for batch in workflow_requests(engine, args):
+        start = time.perf_counter()
+        run_sequential(engine, batch)
+        times.append(time.perf_counter() - start)
     stats = engine.stats()
     engine.close()
     return {"times": times, "stats": stats}
