@@ -9,7 +9,7 @@ Scheduling, once per iteration of the compute stream:
 1. walk the waiting queue in arrival order; with ``status_aware`` a request whose prefix is still
    loading is skipped (it stays queued) and later ready requests are considered; without it, the
    walk stops there (FCFS). A request is admitted when device slots for its new prompt tokens and
-   its whole output can be reserved, within a per-iteration prefill token budget;
+   its whole output can be reserved, within a per-iteration budget of prompt tokens to compute;
 2. run one forward pass over the admitted prefills and one decode token of every running request.
    A load the brain started at admission overlaps the pass layer by layer, so the pass ends no
    earlier than that load plus one layer's compute. With no prefill to run, decode steps are taken
@@ -36,8 +36,8 @@ __all__ = ["SimRequest", "EngineLimits", "ServingSim"]
 
 @dataclass(frozen=True)
 class EngineLimits:
-    """Scheduler limits: most prompt tokens prefilled per iteration (a longer prompt runs alone)
-    and most requests running at once."""
+    """Scheduler limits: most prompt tokens computed per iteration (cached ones are free; a request
+    with more to compute runs alone) and most requests running at once."""
 
     max_prefill_tokens: int = 16384
     max_running: int = 256
