@@ -205,10 +205,10 @@ class Engine:
             "backend": "local",
             "model": self.model_name,
             "policy": cfg.policy,
-            "prefetch": bool(cfg.prefetch and cfg.host_tokens),
+            "prefetch": self.scheduler.tiers.worker is not None,  # what was built, not a second copy of its rule
             "tiers": {
                 "device": {"tokens": cfg.device_tokens, "device": str(device)},
-                "host": {"tokens": cfg.host_tokens, "device": "cpu", "pinned": device.type == "cuda"},
+                "host": {"tokens": cfg.host_tokens, "device": "cpu", "pinned": self.scheduler.host_pool.pinned},
             },
             "max_batch": cfg.max_batch,
             "chunk_tokens": cfg.chunk_tokens,

@@ -23,6 +23,7 @@ class KVPool:
         shape = (cfg.num_layers, tokens, cfg.num_kv_heads, cfg.head_dim)
         self.tokens = tokens
         self.device = torch.device(device)
+        self.pinned = pin
         # Only rows the brain handed out are ever read, so the host tier may stay uncommitted memory
         # until used; the device pool is zeroed (small, and cheap insurance against stray reads).
         make = torch.empty if lazy else torch.zeros
