@@ -165,20 +165,9 @@ def compare(model: str, hw: HardwareProfile, mprof: ModelProfile, *, agents: int
     device = agents * fixed // 2 + 2 * (fixed + dynamic + output)
     host = 4 * agents * (fixed + dynamic + output)
     workload = synthetic(fixed=fixed, dynamic=dynamic, output=output, n_agents=agents, rounds=rounds)
-    submitted: list[Any] = []
-    from .engine import ServingSim
-
-    original = ServingSim.submit
-
-    def recording(self, request):  # the exact request sequence the simulated orchestrator sends
-        submitted.append(request)
-        original(self, request)
-
-    ServingSim.submit = recording
-    try:
-        sim = simulate(SYSTEMS["kvflow"], workload, hw, mprof, device_tokens=device, host_tokens=host)
-    finally:
-        ServingSim.submit = original
+    submitted: list[Any] = []  # the exact request sequence the simulated orchestrator sends
+    sim = simulate(SYSTEMS["kvflow"], workload, hw, mprof, device_tokens=device, host_tokens=host,
+                   on_submit=submitted.append)
     warm = len(workload.instances[0].spec.fixed)
     engine = _engine(model, device_tokens=device, host_tokens=host)
 

@@ -82,7 +82,9 @@ class ServingSim:
         limits: EngineLimits = EngineLimits(),
         events: EventQueue | None = None,
         policy=None,
+        on_submit: Callable[[SimRequest], None] | None = None,
     ) -> None:
+        """``on_submit`` sees every request as it arrives (calibration replays them on the real engine)."""
         self.system = system
         self.cost = cost
         self.limits = limits
@@ -97,6 +99,7 @@ class ServingSim:
         self._step_pending = False
         self._plan_pending = False
         self.admission_log: list[tuple[int, ...]] = []
+        self.on_submit = on_submit
 
     # ---- client side ----------------------------------------------------------------------
     def submit(self, request: SimRequest) -> None:
@@ -107,6 +110,8 @@ class ServingSim:
             raise ValueError(f"a request of {need} tokens (prompt + output) can never fit in the device pool "
                              f"of {self.cache.config.device_tokens} tokens; raise --device-tokens")
         request.arrival_s = self.events.now
+        if self.on_submit is not None:
+            self.on_submit(request)
         if request.hint is not None:
             self.cache.apply_hint(request.hint)
             self._prefetch()

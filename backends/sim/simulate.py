@@ -8,13 +8,13 @@ finishes. ``latency_s`` is the mean end-to-end time of the workflow instances.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from backends.kvcache import CacheConfig
 from backends.kvcache.policy import BeladyPolicy
 
 from .cost import CostModel
-from .engine import EngineLimits, ServingSim
+from .engine import EngineLimits, ServingSim, SimRequest
 from .orchestrator import GraphClient
 from .profiles import HardwareProfile, ModelProfile, device_kv_tokens
 from .replay import TraceClient, TraceInstance
@@ -90,9 +90,11 @@ def simulate(
     host_tokens: int | None = None,
     limits: EngineLimits = EngineLimits(),
     future: Sequence[Sequence[int]] | None = None,
+    on_submit: Callable[[SimRequest], None] | None = None,
 ) -> SimResult:
     """Simulate ``workload`` on ``system``. ``belady`` needs ``future``: the admission order of the
-    same workload (``SimResult.admission_order`` of a previous run, e.g. of ``kvflow``)."""
+    same workload (``SimResult.admission_order`` of a previous run, e.g. of ``kvflow``).
+    ``on_submit`` sees every request (warm-up included) as it reaches the simulated server."""
     cap = capacity_for(system, workload, hardware, model, device_tokens, host_tokens)
     config = CacheConfig(
         device_tokens=cap.device_tokens,
@@ -109,7 +111,7 @@ def simulate(
         if future is None:
             raise ValueError("the belady system needs the future admission order (future=...)")
         policy = BeladyPolicy(future)
-    sim = ServingSim(system, CostModel(hardware, model), config, limits=limits, policy=policy)
+    sim = ServingSim(system, CostModel(hardware, model), config, limits=limits, policy=policy, on_submit=on_submit)
     clients = [_client(inst, sim) for inst in workload.instances]
     phase = _Phase(sim, clients, warmup=workload.warmup)
     phase.begin()

@@ -211,3 +211,11 @@ def test_paper_ordering_on_h100_qwen_4096():
     assert lat["gpu-only"] > lat["hicache"] >= lat["kvflow-evict"] > lat["kvflow"]
     assert lat["kvflow"] <= 1.10 * lat["infinite"]
     assert math.isfinite(lat["belady"]) and lat["belady"] <= 1.02 * lat["kvflow"]
+
+
+def test_on_submit_sees_every_request_warm_up_included():
+    seen: list[SimRequest] = []
+    w = _small(3)
+    r = simulate(SYSTEMS["kvflow"], w, H100, QWEN, device_tokens=6000, on_submit=seen.append)
+    assert len(seen) == len(w.instances[0].spec.fixed) + r.requests
+    assert all(x.finish_s >= x.arrival_s for x in seen)
