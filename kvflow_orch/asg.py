@@ -20,6 +20,7 @@ from .builder import Branch
 from .constants import END, RESERVED_NAMES, START
 from .errors import WorkflowError
 from .nodes import Node
+from .protocol import MAX_AGENTS, check_name
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -245,6 +246,11 @@ def _agent_identities(nodes: Mapping[str, Node]) -> tuple[dict[str, tuple[str, .
         if not node.is_llm:
             continue
         agent = node.agent
+        if agent not in systems:  # every hint names its agent and lists all of them: check once here
+            try:
+                check_name(agent, f"agent identity of node {name!r}")
+            except ValueError as exc:
+                raise WorkflowError(str(exc)) from None
         if agent in systems and systems[agent] != node.system:
             raise WorkflowError(
                 f"agent identity {agent!r} has two different system prompts (nodes "
@@ -253,4 +259,6 @@ def _agent_identities(nodes: Mapping[str, Node]) -> tuple[dict[str, tuple[str, .
         systems.setdefault(agent, node.system)
         first.setdefault(agent, name)
         agents[agent] = (*agents.get(agent, ()), name)
+    if len(agents) > MAX_AGENTS:
+        raise WorkflowError(f"{len(agents)} agent identities; a hint carries at most {MAX_AGENTS}")
     return agents, systems

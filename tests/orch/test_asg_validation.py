@@ -168,6 +168,22 @@ def test_one_agent_identity_with_two_system_prompts():
     assert "'reviewer'" in msg and "'review_1'" in msg and "'review_2'" in msg
 
 
+def test_agent_identity_the_wire_cannot_carry():
+    wf = Workflow("long")
+    wf.add_agent("writer", system="S.", agent="a" * 257)
+    wf.add_edge(START, "writer")
+    assert "agent identity of node 'writer' is 257 characters long" in compile_error(wf)
+    wf = Workflow("empty")
+    wf.add_agent("writer", system="S.", agent="")
+    wf.add_edge(START, "writer")
+    assert wf.compile().agents == {"writer": ("writer",)}  # empty means the node's own name
+    wf = Workflow("crowd")
+    for i in range(4097):
+        wf.add_agent(f"n{i}", system="S.")
+        wf.add_edge(START, f"n{i}")
+    assert "4097 agent identities; a hint carries at most 4096" in compile_error(wf)
+
+
 def test_conditional_edge_without_targets_says_how_to_declare_them():
     wf = chain("a")
     with pytest.raises(WorkflowError, match="Literal"):
