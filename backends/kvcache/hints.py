@@ -134,6 +134,14 @@ class HintTable:
             n += 1
         return n
 
+    def set_cap(self, cap_tokens: int | None) -> None:
+        """Change the per-namespace cap (``None``: no cap), e.g. once the device pool size is known."""
+        if cap_tokens is not None and cap_tokens < 0:
+            raise ValueError(f"namespace cap must be >= 0 tokens, got {cap_tokens}")
+        self.cap_tokens = cap_tokens
+        self._unprotected.clear()
+        self.version += 1  # keys may drop: agents can lose protection
+
     def note_fixed_tokens(self, ref: AgentRef, tokens: int) -> None:
         """Record the length of an agent's fixed prefix (used by the namespace cap)."""
         if tokens < 0:

@@ -173,8 +173,13 @@ def handle_stats(scheduler: Any, msg: KVFlowStatsReq) -> KVFlowStatsReqOutput:
 
 
 def install_scheduler_handlers(result: Any, scheduler: Any, *_: Any, **__: Any) -> None:
-    """AFTER ``Scheduler.init_request_dispatcher``: route our messages to their handlers."""
+    """AFTER ``Scheduler.init_request_dispatcher`` (the cache exists by then): route our messages
+    to their handlers, and size the namespace cap from the device pool."""
     from sglang.utils import TypeBasedDispatcher
+
+    pool = getattr(scheduler, "max_total_num_tokens", None)
+    if isinstance(pool, int) and pool > 0:
+        get_state().use_device_pool(pool)
 
     scheduler._request_dispatcher += TypeBasedDispatcher([
         (KVFlowStepsReq, partial(handle_steps, scheduler)),

@@ -39,7 +39,8 @@ class PluginConfig:
     * ``max_inflight``: prefetch loads in flight at once.
     * ``reserved_load_slots``: load slots (SGLang has 3 layer-done counters) left for demand loads.
     * ``hint_ttl_s``: a workflow not updated for this long is forgotten (LRU order for its agents).
-    * ``namespace_cap_tokens``: most fixed-prefix tokens one namespace may protect (None: no cap).
+    * ``namespace_cap_tokens``: most fixed-prefix tokens one namespace may protect (None: half the
+      device pool, as in backends/kvcache; applied once the scheduler knows its pool size).
     """
 
     prefetch: bool = True
@@ -52,6 +53,8 @@ class PluginConfig:
     def __post_init__(self) -> None:
         if self.lookahead < 0 or self.max_inflight < 0 or self.reserved_load_slots < 0:
             raise ValueError("lookahead, max_inflight and reserved_load_slots must be >= 0")
+        if self.namespace_cap_tokens is not None and self.namespace_cap_tokens < 0:
+            raise ValueError(f"namespace_cap_tokens must be >= 0, got {self.namespace_cap_tokens}")
         if not self.hint_ttl_s > 0:
             raise ValueError(f"hint_ttl_s must be > 0, got {self.hint_ttl_s}")
 
@@ -93,6 +96,12 @@ class KVFlowState:
         self.prefixes: OrderedDict[AgentRef, PrefixKey] = OrderedDict()
         self.inflight: dict[int, Inflight] = {}
         self.counters: Counter[str] = Counter({name: 0 for name in COUNTERS})
+
+    def use_device_pool(self, device_tokens: int) -> None:
+        """The scheduler's device pool size is known: apply the default namespace cap (half of it,
+        the rule backends/kvcache's CacheConfig applies) unless the options set one."""
+        if self.config.namespace_cap_tokens is None:
+            self.hints.set_cap(device_tokens // 2)
 
     def remember_prefix(self, ref: AgentRef, prefix: PrefixKey) -> None:
         """Where ``ref``'s fixed prefix lives (for prefetch); bounded like the hint table, the

@@ -253,3 +253,13 @@ def test_info_and_stats_routes_answer(server):
     assert stats["device"]["capacity_tokens"] == 48 and stats["device"]["free_tokens"] == 48
     assert stats["host"]["capacity_tokens"] > 0
     assert stats["config"]["lookahead"] == 2
+
+
+def test_namespace_cap_defaults_to_half_the_device_pool(server):
+    """As backends/kvcache's CacheConfig: the scheduler's pool is 48 tokens, so 24 per namespace."""
+    _, _, state = server
+    assert state.hints.cap_tokens == 24
+    for agent in ("a", "b"):
+        state.hints.note_fixed_tokens(("app", agent), 16)
+    state.hints.set_steps("app", "wf", {"a": 0, "b": 1})
+    assert state.hints.steps(("app", "a")) == 0 and state.hints.steps(("app", "b")) == float("inf")
