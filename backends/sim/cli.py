@@ -25,11 +25,11 @@ __all__ = ["add_arguments", "main"]
 DEFAULT_OUT = Path("benchmarks/results")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, bundled: dict[str, list[str]]) -> None:
     p.add_argument("--hardware", default="h100-sxm", help="bundled name (%s) or a profile .json"
-                   % ", ".join(available_profiles()["hardware"]))
+                   % ", ".join(bundled["hardware"]))
     p.add_argument("--model", default="qwen2.5-32b", help="bundled name (%s) or a profile .json"
-                   % ", ".join(available_profiles()["model"]))
+                   % ", ".join(bundled["model"]))
     p.add_argument("--systems", nargs="+", default=list(SYSTEM_NAMES), choices=SYSTEM_NAMES, metavar="SYSTEM",
                    help="systems to compare (default: all of %s)" % ", ".join(SYSTEM_NAMES))
     p.add_argument("--device-tokens", type=int, default=None, help="cap the device KV pool (tokens)")
@@ -41,8 +41,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench_command", metavar="{sim,replay,calibrate}")
+    bundled = available_profiles()  # read the profile folder once, not per option
     sim = sub.add_parser("sim", help="simulate workflows on a hardware profile")
-    _common(sim)
+    _common(sim, bundled)
     sim.add_argument("--standard", action="store_true",
                      help="run the standard sweep (the committed benchmarks/results); other workload flags are ignored")
     sim.add_argument("--workload", default="synthetic", choices=("synthetic", "concurrent", "metagpt", "peer"))
@@ -57,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--rounds", type=int, default=None, help="rounds (default 10; 2 for concurrent)")
     rep = sub.add_parser("replay", help="replay a `kvflow run --record` trace")
     rep.add_argument("trace", type=Path)
-    _common(rep)
+    _common(rep, bundled)
     cal = sub.add_parser("calibrate", help="measure the embedded engine and write a hardware profile")
     cal.add_argument("--model", default="tiny-random", help="embedded engine model (tiny-random, smollm2-135m, DIR)")
     cal.add_argument("--out", type=Path, default=None, help="profile to write (default benchmarks/results/calibrated-<model>.json)")
