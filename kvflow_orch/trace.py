@@ -66,6 +66,8 @@ class CallRecord:
     @classmethod
     def from_json(cls, line: str) -> "CallRecord":
         data = json.loads(line)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         version = data.pop("v", None)
         if version != FORMAT_VERSION:
             raise ValueError(f"trace record version {version!r} is not supported (expected {FORMAT_VERSION})")

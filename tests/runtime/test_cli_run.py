@@ -70,6 +70,18 @@ def test_run_prints_state_and_records_calls(tmp_path, server):
     assert first["v"] == FORMAT_VERSION and set(first) >= {"time", "hint", "prompt_tokens", "cached_tokens"}
 
 
+@pytest.mark.parametrize("line, message", [
+    ('"just a string"', "expected a JSON object, got str"),
+    ("{not json", "Expecting property name"),
+    ('{"v": 99}', "trace record version 99 is not supported"),
+])
+def test_a_bad_record_line_is_a_value_error_naming_it(tmp_path, line, message):
+    record = tmp_path / "trace.jsonl"
+    record.write_text("\n" + line + "\n")
+    with pytest.raises(ValueError, match=f"trace.jsonl:2: not a kvflow call record: {message}"):
+        list(read_calls(record))
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
