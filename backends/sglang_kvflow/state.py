@@ -94,6 +94,10 @@ class KVFlowState:
         self.hints = HintTable(ttl_s=self.config.hint_ttl_s, cap_tokens=self.config.namespace_cap_tokens)
         self.segmenter = Segmenter()
         self.prefixes: OrderedDict[AgentRef, PrefixKey] = OrderedDict()
+        # Token bound of the prefix table, as the segmentation history's (a client that names
+        # many agents with long explicit prefixes would otherwise hold agents x context tokens).
+        self.max_prefix_tokens = self.segmenter.max_tokens
+        self._prefix_tokens = 0
         self.inflight: dict[int, Inflight] = {}
         self.counters: Counter[str] = Counter({name: 0 for name in COUNTERS})
 
@@ -104,12 +108,18 @@ class KVFlowState:
             self.hints.set_cap(device_tokens // 2)
 
     def remember_prefix(self, ref: AgentRef, prefix: PrefixKey) -> None:
-        """Where ``ref``'s fixed prefix lives (for prefetch); bounded like the hint table, the
-        least recently tagged agent forgotten first."""
-        self.prefixes.pop(ref, None)
+        """Where ``ref``'s fixed prefix lives (for prefetch); bounded in agents like the hint table
+        and in tokens like the segmentation history, the least recently tagged agent forgotten
+        first (the newest always stays)."""
+        old = self.prefixes.pop(ref, None)
+        if old is not None:
+            self._prefix_tokens -= len(old.token_ids)
         self.prefixes[ref] = prefix
-        while len(self.prefixes) > self.hints.max_agents:
-            self.prefixes.popitem(last=False)
+        self._prefix_tokens += len(prefix.token_ids)
+        while len(self.prefixes) > 1 and (len(self.prefixes) > self.hints.max_agents
+                                          or self._prefix_tokens > self.max_prefix_tokens):
+            _, gone = self.prefixes.popitem(last=False)
+            self._prefix_tokens -= len(gone.token_ids)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready view for /kvflow/v1/stats (no prompts, no workflow ids)."""

@@ -27,6 +27,16 @@ def test_prefix_table_is_bounded_and_keeps_the_recent_agents():
     assert list(state.prefixes) == [("ns", "a3"), ("ns", "a4"), ("ns", "a2")]
 
 
+def test_prefix_table_is_bounded_in_tokens_too():
+    state = KVFlowState()
+    state.max_prefix_tokens = 10
+    for i in range(4):
+        state.remember_prefix(("ns", f"a{i}"), PrefixKey((i,) * 4, None, None))
+    assert list(state.prefixes) == [("ns", "a2"), ("ns", "a3")]  # 8 tokens; a third would make 12
+    state.remember_prefix(("ns", "long"), PrefixKey((7,) * 20, None, None))
+    assert list(state.prefixes) == [("ns", "long")]  # alone over the bound, but the newest stays
+
+
 def test_snapshot_reveals_no_prompts_or_workflow_ids():
     state = KVFlowState()
     state.hints.set_steps("tenant", "secret-workflow-42", {"coder": 1})
