@@ -153,9 +153,12 @@ class Engine:
                 if isinstance(event, BaseException):
                     finished = True
                     raise event
+                # Set before yielding: a caller that stops at the last event (generate does) closes us
+                # at this yield, and that must not send a cancel, which would hit a later request
+                # reusing this request_id (a client-chosen rid on /generate).
+                finished = event.result is not None
                 yield event
-                if event.result is not None:
-                    finished = True
+                if finished:
                     return
         finally:
             if not finished:

@@ -5,6 +5,7 @@ gives back every slot it took; sampling is seeded; bad requests get clear errors
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -181,6 +182,20 @@ async def test_cancelling_generate_frees_slots(engine):
         await task
     assert_no_leak(engine)
     assert (await engine.generate(chat(engine, "coder", "Short."))).finish_reason == "length"
+
+
+async def test_a_finished_request_does_not_cancel_another_with_the_same_id(engine):
+    # /generate lets clients choose the request id (rid); ending one request must not touch another
+    # that reuses it (generate used to send a cancel for the id after its result had arrived)
+    long = dataclasses.replace(chat(engine, "coder", "Long answer please.", max_tokens=120), request_id="rid-1")
+    short = dataclasses.replace(chat(engine, "critic", "Short.", max_tokens=2), request_id="rid-1")
+    running = asyncio.create_task(engine.generate(long))
+    while engine.stats()["running"] == 0:
+        await asyncio.sleep(0.005)
+    assert (await engine.generate(short)).finish_reason == "length"
+    result = await running
+    assert result.finish_reason == "length" and len(result.output_ids) == 120
+    assert_no_leak(engine)
 
 
 async def test_failed_forward_fails_only_that_request_and_frees_slots(engine, monkeypatch):
