@@ -93,7 +93,8 @@ def test_bad_steps_are_rejected_and_change_nothing(steps, match):
 def test_hints_for_unknown_agents_are_kept_harmlessly(make_cache):
     cache = make_cache(device_tokens=16, host_tokens=16)
     cache.apply_hint(KVFlowHint(workflow_id="w", agent="ghost", steps={"nobody": 0}))
-    assert cache.plan_prefetch().tasks == ()
+    assert cache.hints.steps(("default", "nobody")) == 0 == cache.hints.steps(("default", "ghost"))
+    assert cache.plan_prefetch().tasks == ()  # kept, yet nothing cached to load for them
     cache.check_integrity()
 
 
