@@ -16,7 +16,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 from kvflow_orch.trace import CallRecord, read_calls
@@ -109,8 +109,14 @@ class TraceClient(WarmingClient):
         self.calls = 0
         self.start_s = 0.0
         self.end_s = 0.0
-        self._done: set[int] = set()
-        self._issued: set[int] = set()
+        self._finished_calls = 0
+        # Calls still awaited by each call, and who awaits each call: a finish touches only its
+        # dependents instead of rescanning every call's dependency list.
+        self._awaiting = [len(call.deps) for call in inst.calls]
+        self._dependents: list[list[int]] = [[] for _ in inst.calls]
+        for j, call in enumerate(inst.calls):
+            for d in call.deps:
+                self._dependents[d].append(j)
         self.requests: dict[int, SimRequest] = {}
         """Measured calls by index in ``inst.calls``."""
 
@@ -123,15 +129,13 @@ class TraceClient(WarmingClient):
 
     def start(self) -> None:
         self.start_s = self.sim.events.now
-        self._release()
+        self._release(i for i, waiting in enumerate(self._awaiting) if not waiting)
 
-    def _release(self) -> None:
+    def _release(self, ready: Iterable[int]) -> None:
         now = self.sim.events.now
-        for i, call in enumerate(self.inst.calls):
-            if i not in self._issued and all(d in self._done for d in call.deps):
-                self._issued.add(i)
-                self.sim.events.schedule(now + call.delay_s, self._send, i)
-        if len(self._done) == len(self.inst.calls):
+        for i in ready:
+            self.sim.events.schedule(now + self.inst.calls[i].delay_s, self._send, i)
+        if self._finished_calls == len(self.inst.calls):
             self.end_s = now
             self.sim.steps_update(StepsUpdate(workflow_id=self.inst.workflow_id, namespace=self.inst.namespace, done=True))
             self.on_end(self)
@@ -145,8 +149,13 @@ class TraceClient(WarmingClient):
         self.sim.submit(request)
 
     def _finished(self, i: int) -> None:
-        self._done.add(i)
-        self._release()
+        self._finished_calls += 1
+        ready = []
+        for j in self._dependents[i]:
+            self._awaiting[j] -= 1
+            if not self._awaiting[j]:
+                ready.append(j)
+        self._release(ready)
 
     def _request(self, agent: str, prompt_tokens: int, output: int, hint: KVFlowHint | None,
                  on_done: Callable[[SimRequest], None]) -> SimRequest:
