@@ -64,10 +64,6 @@ class Node:
         return self.parent is None
 
     @property
-    def on_device(self) -> bool:
-        return self.device is not None
-
-    @property
     def state(self) -> NodeState:
         if self.parent is None:
             return NodeState.ROOT
