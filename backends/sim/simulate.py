@@ -65,8 +65,8 @@ class SimResult:
 
 def capacity_for(system: System, workload: Workload, hardware: HardwareProfile, model: ModelProfile,
                  device_tokens: int | None = None, host_tokens: int | None = None) -> Capacity:
-    """Pool sizes: the device pool beside the weights (or ``device_tokens``); a host pool large
-    enough for every fixed prefix twice over (or ``host_tokens``). ``infinite`` gets the same pool
+    """Pool sizes: the device pool beside the weights (or ``device_tokens``); a host pool of every
+    fixed prefix twice over plus the device pool (or ``host_tokens``). ``infinite`` gets the same pool
     plus room for every fixed prefix, which its policy (kvflow: dynamic suffixes go first, and they
     are never reused) then never has to evict: no prefix is recomputed or loaded, while running
     requests get no more room than in the other systems."""
