@@ -1,7 +1,9 @@
 """The kvflow server an instrumented LangGraph app talks to: capability probe and steps updates.
 
 ``GET /kvflow/v1/info`` is probed once per origin. An origin without it is a plain
-OpenAI-compatible server: requests to it carry no hints and one warning says so.
+OpenAI-compatible server: requests to it carry no hints and one warning says so. The probe and the
+updates send ``Authorization: Bearer $KVFLOW_API_KEY`` when that variable is set, as the runtime's
+HTTP client does (a server started with ``--api-key`` refuses them otherwise).
 
 Out-of-band updates (``POST /kvflow/v1/steps``) are queued from LangGraph callbacks, which may run
 on any thread, and delivered by the runtime's coalescing :class:`~kvflow_orch.clients._outbox.Outbox`
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import os
 import threading
 import warnings
 from typing import Any
@@ -48,6 +51,8 @@ class Backend:
         if url is not None and not str(url).startswith(("http://", "https://")):
             raise ValueError(f"backend_url must start with http:// or https://, got {url!r}")
         self.url = origin_of(url) + urlsplit(url).path.rstrip("/") if url else None
+        key = os.environ.get("KVFLOW_API_KEY")
+        self._headers = {"Authorization": f"Bearer {key}"} if key else None
         self._lock = threading.Lock()
         self._kvflow: dict[str, bool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -72,16 +77,21 @@ class Backend:
         with self._lock:
             known = self._kvflow.get(target)
         if known is None:
-            known = _probe(target)
+            known, status = _probe(target, self._headers)
             with self._lock:
                 first = target not in self._kvflow
                 self._kvflow.setdefault(target, known)
                 if known and self.url is None:
                     self.url = target
             if first and not known:
+                why = (
+                    f"refused {INFO_ROUTE} with HTTP {status} (set KVFLOW_API_KEY to its API key)"
+                    if status in (401, 403)
+                    else f"has no {INFO_ROUTE}: it is not a kvflow server"
+                )
                 warnings.warn(
-                    f"{target} has no {INFO_ROUTE}: it is not a kvflow server, so LangGraph LLM calls "
-                    f"carry no hints and the cache will not follow the workflow",
+                    f"{target} {why}, so LangGraph LLM calls carry no hints and the cache will not "
+                    f"follow the workflow",
                     PlainServerWarning,
                     stacklevel=2,
                 )
@@ -116,7 +126,9 @@ class Backend:
 
                 def run() -> None:
                     asyncio.set_event_loop(loop)
-                    self._http = httpx.AsyncClient(base_url=self.url or "", timeout=_PROBE_TIMEOUT_S)
+                    self._http = httpx.AsyncClient(
+                        base_url=self.url or "", timeout=_PROBE_TIMEOUT_S, headers=self._headers
+                    )
                     self._outbox = Outbox(self._post, self.url or "")
                     self._in_line = asyncio.Lock()
                     ready.set()
@@ -168,10 +180,13 @@ class Backend:
         loop.close()
 
 
-def _probe(origin: str) -> bool:
+def _probe(origin: str, headers: dict[str, str] | None) -> tuple[bool, int | None]:
+    """(whether ``origin`` is a kvflow server, the probe's HTTP status or None when unreachable)."""
     try:
-        response = httpx.get(origin + INFO_ROUTE, timeout=_PROBE_TIMEOUT_S)
+        response = httpx.get(origin + INFO_ROUTE, timeout=_PROBE_TIMEOUT_S, headers=headers)
         data: Any = response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return False
-    return isinstance(data, dict)
+    except httpx.HTTPError:
+        return False, None
+    except ValueError:
+        return False, response.status_code
+    return isinstance(data, dict), response.status_code

@@ -70,3 +70,31 @@ def test_example_app_runs_with_hints(served, monkeypatch, capsys):
     assert agents[3:] == ["writer", "reviewer", "writer", "reviewer"]
     assert hints[0].steps == {"planner": 0, "researcher": 1, "outliner": 1, "writer": 2, "reviewer": 3}
     assert hints[-1].steps == {"planner": None, "researcher": None, "outliner": None, "writer": 1, "reviewer": 0}
+
+
+def test_api_key_server_gets_hints_and_updates_with_kvflow_api_key(monkeypatch):
+    from langchain_core.messages import HumanMessage
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    from kvflow_orch.langgraph import async_http_client, http_client
+
+    class State(TypedDict, total=False):
+        reply: str
+
+    monkeypatch.setenv("KVFLOW_API_KEY", "s3cret")
+    with start_server(api_key="s3cret") as served:
+        llm = ChatOpenAI(model="tiny-random", base_url=served.url + "/v1", api_key="s3cret", max_tokens=2,
+                         max_retries=0, http_client=http_client(), http_async_client=async_http_client())
+        g = StateGraph(State)
+        g.add_node("writer", lambda s: {"reply": llm.invoke([HumanMessage("hi")]).content})
+        g.add_edge(START, "writer")
+        g.add_edge("writer", END)
+        app = instrument(g.compile(), namespace="keyed", backend_url=served.url)
+        app.invoke({}, {"metadata": {"kvflow_workflow_id": "wf-key"}})
+        handler_of(app).backend.flush()
+        handler_of(app).backend.close()
+        (hint,) = [r.hint for _, r in served.requests]
+        assert hint is not None and hint.workflow_id == "wf-key" and hint.agent == "writer"
+        assert [u.done for u in served.steps if u.workflow_id == "wf-key"][-1] is True
