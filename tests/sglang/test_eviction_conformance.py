@@ -175,6 +175,23 @@ def test_a_request_checkpointed_twice_is_tagged_and_counted_once(make_rig, state
     assert list(node.key.token_ids) == SYSTEM + OWN["A"] and node_tags(node) == {("ns", "A")}
 
 
+def test_a_retracted_request_tags_its_prefix_again(make_rig, state):
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    from backends.sglang_kvflow.tags import node_tags, on_request_queued
+
+    rig = make_rig(size=64, policy="kvflow", hicache=False)
+    req = rig.make_req(SYSTEM + OWN["A"] + [7, 8], _hint("A"))
+    on_request_queued(None, req)
+    rig.run_req(req)
+    rig.cache.evict(EvictParams(num_tokens=64))  # no host tier: the tagged nodes are gone
+    assert not rig.cache.tree_core.root_node.children
+    on_request_queued(None, req, is_retracted=True)
+    rig.run_req(req)  # recomputed into new nodes
+    (node,) = rig.cache.tree_core.root_node.children.values()
+    assert node_tags(node) == {("ns", "A")} and state.counters["tagged_requests"] == 1
+
+
 def test_strategy_key_is_backends_kvcache_key(make_rig, state):
     """Node for node, the SGLang strategy's key equals backends.kvcache's KVFlowPolicy key."""
     from backends.kvcache.policy import KVFlowPolicy
