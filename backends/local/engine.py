@@ -124,7 +124,7 @@ class Engine:
         if fixed is not None and not 0 <= fixed <= len(ids):
             raise EngineError(f"fixed_prefix_tokens is {fixed} but the prompt has {len(ids)} tokens")
 
-    def _submit(self, request: GenerateRequest) -> asyncio.Queue[StreamEvent | BaseException]:
+    def _submit(self, request: GenerateRequest) -> tuple[RequestState, asyncio.Queue[StreamEvent | BaseException]]:
         self._validate(request)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[StreamEvent | BaseException] = asyncio.Queue()
@@ -133,7 +133,7 @@ class Engine:
             try:
                 loop.call_soon_threadsafe(events.put_nowait, event)
             except RuntimeError:  # the caller's loop is gone: nobody is listening any more
-                self.scheduler.cancel(request.request_id)
+                self.scheduler.cancel(state)
                 self._wake.set()
 
         with self._lock:
@@ -142,10 +142,10 @@ class Engine:
         state = RequestState(request, sink, self.tokenizer, make_generator(request.sampling, fallback_seed))
         self._ensure_started(lambda: self.scheduler.submit(state))
         self._wake.set()
-        return events
+        return state, events
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamEvent]:
-        events = self._submit(request)
+        state, events = self._submit(request)
         finished = False
         try:
             while True:
@@ -154,15 +154,14 @@ class Engine:
                     finished = True
                     raise event
                 # Set before yielding: a caller that stops at the last event (generate does) closes us
-                # at this yield, and that must not send a cancel, which would hit a later request
-                # reusing this request_id (a client-chosen rid on /generate).
+                # at this yield, and that must not send a pointless cancel.
                 finished = event.result is not None
                 yield event
                 if finished:
                     return
         finally:
             if not finished:
-                self.scheduler.cancel(request.request_id)
+                self.scheduler.cancel(state)
                 self._wake.set()
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:

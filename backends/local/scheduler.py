@@ -71,8 +71,9 @@ class Scheduler:
         with self._count_lock:
             return self._submitted - self._ended
 
-    def cancel(self, request_id: str) -> None:
-        self._inbox.put(("cancel", request_id))
+    def cancel(self, state: RequestState) -> None:
+        """Abort ``state`` (by identity: request ids are client-chosen on /generate and may repeat)."""
+        self._inbox.put(("cancel", state))
 
     def apply_steps(self, update: StepsUpdate) -> None:
         self._inbox.put(("steps", update))
@@ -155,11 +156,9 @@ class Scheduler:
         else:
             deliver(True, value)
 
-    def _cancel(self, request_id: str) -> None:
-        for state in list(self.waiting) + self.running:
-            if state.request_id == request_id:
-                self._finish(state, "abort")
-                return
+    def _cancel(self, state: RequestState) -> None:
+        if state.phase is not Phase.DONE:
+            self._finish(state, "abort")
 
     # ---- admission ----------------------------------------------------------------------
     def _admit(self) -> bool:

@@ -184,15 +184,23 @@ async def test_cancelling_generate_frees_slots(engine):
     assert (await engine.generate(chat(engine, "coder", "Short."))).finish_reason == "length"
 
 
-async def test_a_finished_request_does_not_cancel_another_with_the_same_id(engine):
-    # /generate lets clients choose the request id (rid); ending one request must not touch another
-    # that reuses it (generate used to send a cancel for the id after its result had arrived)
+async def test_ending_a_request_does_not_touch_another_with_the_same_id(engine):
+    # /generate lets clients choose the request id (rid); ending one request (finished or cancelled)
+    # must not touch another that reuses it: cancels went by id to the first match
     long = dataclasses.replace(chat(engine, "coder", "Long answer please.", max_tokens=120), request_id="rid-1")
     short = dataclasses.replace(chat(engine, "critic", "Short.", max_tokens=2), request_id="rid-1")
     running = asyncio.create_task(engine.generate(long))
     while engine.stats()["running"] == 0:
         await asyncio.sleep(0.005)
     assert (await engine.generate(short)).finish_reason == "length"
+    # cancelling one request must not cancel another with the same id either
+    doomed = asyncio.create_task(engine.generate(dataclasses.replace(long, sampling=SamplingParams(max_tokens=400))))
+    while engine.stats()["running"] < 2:
+        assert not running.done(), "the first request ended before the second one started"
+        await asyncio.sleep(0.005)
+    doomed.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await doomed
     result = await running
     assert result.finish_reason == "length" and len(result.output_ids) == 120
     assert_no_leak(engine)
