@@ -58,9 +58,8 @@ class HttpClient(LLMClient):
             raise ValueError(f"backend URL must start with http:// or https://, got {url!r}")
         self.name = url.rstrip("/")
         self.config = config or HttpConfig()
-        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None
-        timeout = httpx.Timeout(self.config.read_timeout_s, connect=self.config.connect_timeout_s)
-        self._http = httpx.AsyncClient(base_url=self.name, timeout=timeout, headers=headers)
+        self._http_loop: asyncio.AbstractEventLoop | None = None
+        self._http_client: httpx.AsyncClient | None = None
         self._probe_lock = asyncio.Lock()
         self._probed = False
         self._kvflow = False
@@ -72,8 +71,28 @@ class HttpClient(LLMClient):
     def supports_hints(self) -> bool:
         return self._kvflow
 
+    @property
+    def _http(self) -> httpx.AsyncClient:
+        """The connection pool of the running event loop.
+
+        httpx's connections belong to the loop that opened them, and each blocking ``run()`` has
+        a loop of its own: a client shared across ``run()`` calls opens a fresh pool per loop.
+        """
+        loop = asyncio.get_running_loop()
+        if self._http_client is None or self._http_loop is not loop:
+            config = self.config
+            self._http_client = httpx.AsyncClient(
+                base_url=self.name,
+                timeout=httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s),
+                headers={"Authorization": f"Bearer {config.api_key}"} if config.api_key else None,
+            )
+            self._http_loop = loop
+        return self._http_client
+
     # ------------------------------------------------------------------ probing
     async def _probe(self) -> None:
+        if self._probed:  # the lock is for the first calls only
+            return
         async with self._probe_lock:
             if self._probed:
                 return
@@ -170,7 +189,9 @@ class HttpClient(LLMClient):
             await self.flush()
         finally:
             await self._outbox.close(1.0)
-            await self._http.aclose()
+            if self._http_client is not None and self._http_loop is asyncio.get_running_loop():
+                await self._http_client.aclose()  # a pool of a loop that has ended is gone with it
+            self._http_client = None
 
 
 def _json_object(response: httpx.Response) -> dict[str, Any] | None:

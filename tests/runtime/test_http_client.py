@@ -141,6 +141,21 @@ async def test_held_steps_of_namesake_workflows_in_two_namespaces_both_arrive(se
     assert sorted((u["namespace"], u["steps"]["a"]) for u in server.steps_updates()) == [("tenant-a", 0), ("tenant-b", 1)]
 
 
+def test_one_client_serves_blocking_runs_each_on_its_own_event_loop(server):
+    from kvflow_orch import START, Workflow
+    from kvflow_orch.runtime import run
+
+    wf = Workflow("twice")
+    wf.add_agent("a", system="S.", prompt="p", output="x")
+    wf.add_edge(START, "a")
+    client = HttpClient(server.url)
+    first = run(wf, {}, backend=client)
+    second = run(wf, {}, backend=client)  # asyncio.run again: the first loop's connections are gone
+    assert first.state == second.state == {"x": "reply to 1 words"}
+    assert [h["workflow_id"] for h in server.hints()] == [first.workflow_id, second.workflow_id]
+    asyncio.run(client.aclose())
+
+
 def test_open_client_forms(server):
     opened = open_client(server.url)
     assert isinstance(opened.client, HttpClient) and opened.owned
