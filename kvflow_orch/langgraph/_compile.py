@@ -32,7 +32,7 @@ from ..errors import WorkflowError
 if typing.TYPE_CHECKING:
     from ..asg import AgentStepGraph
 
-__all__ = ["compile_langgraph", "graph_routes", "Routes", "UndeclaredTargetsWarning"]
+__all__ = ["compile_langgraph", "compile_with_routes", "graph_routes", "Routes", "UndeclaredTargetsWarning"]
 
 
 class UndeclaredTargetsWarning(UserWarning):
@@ -137,6 +137,13 @@ def compile_langgraph(graph: Any, agents: Mapping[str, str | None] | None = None
     LLM). Raises :class:`WorkflowError` for anything that is not a StateGraph, for ``agents`` naming
     unknown nodes, and for every validation error of :meth:`Workflow.compile`.
     """
+    return compile_with_routes(graph, agents)[0]
+
+
+def compile_with_routes(
+    graph: Any, agents: Mapping[str, str | None] | None = None
+) -> "tuple[AgentStepGraph, dict[str, Routes]]":
+    """:func:`compile_langgraph` and the :func:`graph_routes` it read (instrument needs both)."""
     builder = _builder(graph)
     names = _node_names(builder)
     agents = dict(agents or {})
@@ -164,7 +171,8 @@ def compile_langgraph(graph: Any, agents: Mapping[str, str | None] | None = None
             wf.add_edge(list(sources), target)
 
     anywhere = [*names, END]
-    for node, routes in graph_routes(builder).items():
+    all_routes = graph_routes(builder)
+    for node, routes in all_routes.items():
         for (branch_name, ends), spec in zip(routes.branches, builder.branches[node].values()):
             if ends is None:
                 _warn_undeclared(
@@ -187,4 +195,4 @@ def compile_langgraph(graph: Any, agents: Mapping[str, str | None] | None = None
                 )
                 targets = anywhere
             wf.add_conditional_edges(node, _unroutable(node), targets)
-    return wf.compile()
+    return wf.compile(), all_routes

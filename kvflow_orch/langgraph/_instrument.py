@@ -8,7 +8,7 @@ from ..errors import WorkflowError
 from ..protocol import check_name
 from ._backend import Backend
 from ._callbacks import KVFlowCallbackHandler
-from ._compile import compile_langgraph, graph_routes
+from ._compile import compile_with_routes
 
 __all__ = ["instrument", "handler_of"]
 
@@ -35,11 +35,11 @@ def instrument(
         )
     if namespace:
         check_name(namespace, "namespace")
-    asg = compile_langgraph(compiled_graph, agents)
+    asg, routes = compile_with_routes(compiled_graph, agents)
     config = getattr(compiled_graph, "config", None) or {}
     handler = KVFlowCallbackHandler(
         asg,
-        graph_routes(compiled_graph),
+        routes,
         graph_name=config.get("run_name") or getattr(compiled_graph, "name", None) or "LangGraph",
         namespace=namespace,
         backend=Backend(backend_url),
