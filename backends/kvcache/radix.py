@@ -18,6 +18,7 @@ import itertools
 from typing import Callable, Iterator, Sequence
 
 from .hints import AgentRef
+from .segment import common_prefix_len
 
 __all__ = ["NodeState", "Node", "RadixTree"]
 
@@ -108,7 +109,7 @@ class RadixTree:
                 pos += k
                 node = child
                 continue
-            common = _common_len(key, tokens, pos)
+            common = common_prefix_len(key, tokens[pos:pos + k])
             path.append(self.split(child, common))
             pos += common
             break
@@ -169,11 +170,3 @@ class RadixTree:
 
     def __len__(self) -> int:
         return len(self.nodes) - 1
-
-
-def _common_len(key: tuple[int, ...], tokens: tuple[int, ...], pos: int) -> int:
-    i = 0
-    limit = min(len(key), len(tokens) - pos)
-    while i < limit and key[i] == tokens[pos + i]:
-        i += 1
-    return i
