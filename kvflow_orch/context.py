@@ -29,12 +29,13 @@ _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sampling))
 
 
 class AgentContext:
-    def __init__(self, run: "_Execution", node: str, agent: str, system: str, sampling: Sampling, state: Mapping[str, Any]) -> None:
+    def __init__(self, run: "_Execution", node: str, agent: str, system: str, sampling: Sampling, state: dict[str, Any]) -> None:
+        """``state``: the snapshot the runtime took for this execution; nothing else holds it."""
         self._run = run
         self.node = node
         self.agent = agent
         self.system = system
-        self.state: Mapping[str, Any] = MappingProxyType(dict(state))
+        self.state: Mapping[str, Any] = MappingProxyType(state)  # the runtime's own snapshot: no copy
         self._sampling = sampling
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
