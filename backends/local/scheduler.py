@@ -57,6 +57,10 @@ class Scheduler:
         self._count_lock = threading.Lock()
         self._submitted = 0
         self._ended = 0
+        # A failed admission (device pool full of locked KV) is retried only once device slots can
+        # have come free: a request ended or a load finished. Retrying every step re-ran the brain's
+        # admit for nothing, counting the same prompt's hits and misses again on each try.
+        self._admission_stalled = False
         self._publish()
 
     # ---- commands from other threads (queued; applied by the loop) -----------------------
@@ -87,7 +91,8 @@ class Scheduler:
         """One scheduling iteration; returns whether it did model work or admitted anything."""
         start = time.perf_counter()
         self._drain_inbox()
-        self.tiers.finish_prefetches()
+        if self.tiers.finish_prefetches():
+            self._admission_stalled = False
         admitted = self._admit()
         prefilled = self._prefill()
         forward_before = self.runner.forward_s
@@ -164,13 +169,14 @@ class Scheduler:
     def _admit(self) -> bool:
         admitted = False
         for state in list(self.waiting):
-            if len(self.running) >= self.config.max_batch:
+            if len(self.running) >= self.config.max_batch or self._admission_stalled:
                 break
             if not self.cache.is_ready(self.cache.match_prefix(state.prompt)):
                 continue  # its prefix is being prefetched: let ready requests run meanwhile
             try:
                 if not self._try_admit(state):
-                    break  # device pool full of locked KV: wait for running requests to finish
+                    self._admission_stalled = True  # device pool full of locked KV: wait for running requests to finish
+                    break
             except Exception as exc:
                 self._fail(state, exc)
                 continue
@@ -268,6 +274,7 @@ class Scheduler:
         elif state in self.waiting:
             self.waiting.remove(state)
         state.phase = Phase.DONE
+        self._admission_stalled = False
         try:
             self._give_back(state, keep)
         finally:

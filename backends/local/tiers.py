@@ -50,15 +50,17 @@ class TierMover:
             self.prefetch_tasks += 1
             self.worker.submit(task)
 
-    def finish_prefetches(self) -> None:
-        """Report the worker's finished copies to the brain (loop thread only)."""
+    def finish_prefetches(self) -> bool:
+        """Report the worker's finished copies to the brain (loop thread only); whether there were any."""
         if self.worker is None:
-            return
-        for done in self.worker.drain():
+            return False
+        finished = self.worker.drain()
+        for done in finished:
             if done.error is None:
                 self.cache.complete_load(done.task)
             else:
                 self.demote(self.cache.fail_load(done.task))
+        return bool(finished)
 
     def stop(self) -> None:
         if self.worker is not None:

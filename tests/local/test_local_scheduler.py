@@ -76,3 +76,28 @@ def test_loading_prefix_is_skipped_and_ready_requests_run(tiny):
     finally:
         sched.shutdown()
         scratch.shutdown()
+
+
+ADMISSION_COUNTERS = ("device_hit_tokens", "host_hit_tokens", "prefetch_hit_tokens", "recomputed_tokens")
+
+
+def test_a_request_that_does_not_fit_yet_is_not_readmitted_every_step(tiny):
+    # Two requests fill the 600-slot pool (100 prompt + 199 decode slots each); the third must wait.
+    # Retrying its admission on every step ran the brain's admit each time, counting its prompt again.
+    sched = Scheduler(EngineConfig(device_tokens=600, host_tokens=0), tiny, wake=lambda: None)
+    try:
+        prompts = [tuple((7 * i + k) % 250 + 3 for k in range(100)) for i in range(3)]
+        states = [submit(sched, tiny, GenerateRequest(p, SamplingParams(max_tokens=200, ignore_eos=True)))[0]
+                  for p in prompts]
+        sched.step()
+        assert [s.phase is Phase.WAITING for s in states] == [False, False, True]
+        counted = sum(sched.snapshot[k] for k in ADMISSION_COUNTERS)
+        for _ in range(10):
+            sched.step()
+        assert states[2].phase is Phase.WAITING
+        assert sum(sched.snapshot[k] for k in ADMISSION_COUNTERS) == counted
+        run_all(sched)  # once the first two end, the third runs to completion
+        assert all(s.phase is Phase.DONE for s in states) and len(states[2].outputs) == 200
+        assert sum(sched.snapshot[k] for k in ADMISSION_COUNTERS) <= 2 * sum(len(p) for p in prompts)
+    finally:
+        sched.shutdown()
