@@ -31,6 +31,10 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> JS
     return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "code": status}})
 
 
+def _not_running() -> JSONResponse:
+    return _error(503, "the SGLang tokenizer manager is not running yet", "server_error")
+
+
 def _tokenizer_manager() -> Any:
     from sglang.srt.entrypoints import http_server
 
@@ -52,7 +56,7 @@ async def post_steps(request: Request) -> JSONResponse:
         return _error(422, f"invalid steps update: {fields}")
     manager = _tokenizer_manager()
     if manager is None:
-        return _error(503, "the SGLang tokenizer manager is not running yet", "server_error")
+        return _not_running()
     await manager._async_dispatch_to_scheduler(KVFlowStepsReq(
         workflow_id=update.workflow_id, namespace=update.namespace, steps=dict(update.steps), done=update.done,
     ))
@@ -92,12 +96,14 @@ def info_payload(server_args: Any) -> dict[str, Any]:
 async def get_info() -> JSONResponse:
     manager = _tokenizer_manager()
     if manager is None:
-        return _error(503, "the SGLang tokenizer manager is not running yet", "server_error")
+        return _not_running()
     return JSONResponse(info_payload(manager.server_args))
 
 
 async def get_stats() -> JSONResponse:
     manager = _tokenizer_manager()
+    if manager is None:
+        return _not_running()
     communicator = getattr(manager, "kvflow_stats_communicator", None)
     if communicator is None:
         return _error(503, "kvflow stats are unavailable: the plugin is not loaded in the tokenizer manager",

@@ -263,3 +263,21 @@ def test_namespace_cap_defaults_to_half_the_device_pool(server):
         state.hints.note_fixed_tokens(("app", agent), 16)
     state.hints.set_steps("app", "wf", {"a": 0, "b": 1})
     assert state.hints.steps(("app", "a")) == 0 and state.hints.steps(("app", "b")) == float("inf")
+
+
+def test_routes_answer_503_before_the_tokenizer_manager_runs(plugin):
+    from fastapi.testclient import TestClient
+    from sglang.srt.entrypoints import http_server
+
+    from backends.sglang_kvflow.routes import install_routes
+
+    previous = http_server.get_global_state()
+    http_server.set_global_state(None)
+    install_routes(http_server.app)
+    try:
+        client = TestClient(http_server.app)
+        for method, path in (("get", "/kvflow/v1/stats"), ("get", "/kvflow/v1/info"), ("post", "/kvflow/v1/steps")):
+            r = getattr(client, method)(path, **({"json": {"workflow_id": "w"}} if method == "post" else {}))
+            assert r.status_code == 503 and "not running" in r.json()["error"]["message"], (path, r.text)
+    finally:
+        http_server.set_global_state(previous)
