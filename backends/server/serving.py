@@ -47,20 +47,20 @@ class ServerContext:
         self, *, max_tokens: int | None, default_max_tokens: int, field: str, temperature: float,
         top_p: float, seed: int | None, stop: str | list[str] | None, ignore_eos: bool,
     ) -> SamplingParams:
-        """``stop`` as the wire sends it: one string, a list of them, or none."""
-        stop = () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop)
+        """``stop`` as the wire sends it: one string, a list of them, or none (Sampling normalises it)."""
         tokens = default_max_tokens if max_tokens is None else max_tokens
         if tokens > self.limits.max_tokens:
             raise APIError(422, f"{field}: {tokens} exceeds the server limit of {self.limits.max_tokens}",
                            code="invalid_value")
-        if len(stop) > self.limits.max_stop:
-            raise APIError(422, f"stop: {len(stop)} stop strings; the limit is {self.limits.max_stop}",
-                           code="invalid_value")
         try:
-            return SamplingParams(max_tokens=tokens, temperature=temperature, top_p=top_p, seed=seed,
-                                  stop=stop, ignore_eos=ignore_eos)
+            params = SamplingParams(max_tokens=tokens, temperature=temperature, top_p=top_p, seed=seed,
+                                    stop=stop, ignore_eos=ignore_eos)  # type: ignore[arg-type]
         except ValueError as exc:
             raise APIError(422, str(exc), code="invalid_value") from None
+        if len(params.stop) > self.limits.max_stop:
+            raise APIError(422, f"stop: {len(params.stop)} stop strings; the limit is {self.limits.max_stop}",
+                           code="invalid_value")
+        return params
 
     def check_token_ids(self, ids: tuple[int, ...], field: str) -> None:
         vocab = getattr(self.engine.tokenizer, "vocab_size", None)
