@@ -48,8 +48,8 @@ class LocalClient(LLMClient):
     async def chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None) -> LLMReply:
         from backends.base import EngineError, GenerateRequest
 
-        await self._ensure_started()
         try:
+            await self._ensure_started()
             encoded = self.engine.tokenizer.encode_chat(list(messages), fixed_messages=1)
             request = GenerateRequest(
                 input_ids=tuple(encoded.input_ids),

@@ -165,3 +165,13 @@ def test_local_backend_string_runs_and_owns_its_engine():
     result = run(review_loop(rounds=1), {"idea": "x"}, backend="local:tiny-random")
     assert [r.node for r in result.trace] == ["pm", "eng", "qa", "count"]
     assert all(c.hint is not None for c in result.calls)
+
+
+async def test_a_closed_client_whose_engine_cannot_start_again_fails_as_the_backend():
+    from kvflow_orch.clients import LocalClient
+
+    client = LocalClient(config=CONFIG)  # owns its engine: starts it on the first call
+    await arun(review_loop(rounds=1), {"idea": "x"}, backend=client)
+    await client.aclose()
+    with pytest.raises(WorkflowError, match=r"node 'pm': LLM call failed: EngineError: .*shut down \(backend local:"):
+        await arun(review_loop(rounds=1), {"idea": "x"}, backend=client)
