@@ -116,3 +116,12 @@ def test_unsupported_architecture_names_it(tiny, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="MambaForCausalLM"):
         load_model(str(tmp_path))
+
+
+def test_config_missing_a_field_names_it(tiny, tmp_path):
+    write_hf_dir(tmp_path, tiny.model.cfg, tiny.model.state_dict(), tiny.tokenizer, eos_token="<|im_end|>")
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["num_attention_heads"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="config.json lacks num_attention_heads"):
+        load_model(str(tmp_path))

@@ -20,6 +20,7 @@ from backends.local.tokenizer import ChatTokenizer
 __all__ = ["read_hf_dir", "write_hf_dir", "is_hf_dir"]
 
 _ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+_REQUIRED_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 
 
 def is_hf_dir(path: str | Path) -> bool:
@@ -33,6 +34,9 @@ def _config_from_hf(raw: Mapping[str, Any], where: Path) -> ModelConfig:
         raise ValueError(f"{where}: architecture {arch!r} is not supported; expected one of {sorted(_ARCHS)}")
     if raw.get("rope_scaling"):
         raise ValueError(f"{where}: rope_scaling {raw['rope_scaling']!r} is not supported")
+    missing = [k for k in _REQUIRED_FIELDS if k not in raw]
+    if missing:
+        raise ValueError(f"{where}: config.json lacks {', '.join(missing)}")
     heads = int(raw["num_attention_heads"])
     hidden = int(raw["hidden_size"])
     kind = _ARCHS[arch]
