@@ -285,10 +285,20 @@ def _no_running_loop(name: str) -> None:
     raise WorkflowError(f"{name}() was called inside a running event loop; use 'await a{name}(...)' there")
 
 
-def run(workflow: Any, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> RunResult:
+def run(
+    workflow: Any,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    backend: Any = "local",
+    workflow_id: str | None = None,
+    namespace: str | None = None,
+    max_steps: int = 100,
+    on_event: Callable[[NodeEvent], None] | None = None,
+) -> RunResult:
     """Blocking :func:`arun` (starts its own event loop; call :func:`arun` inside async code)."""
     _no_running_loop("run")
-    return asyncio.run(arun(workflow, inputs, **kwargs))
+    return asyncio.run(arun(workflow, inputs, backend=backend, workflow_id=workflow_id, namespace=namespace,
+                            max_steps=max_steps, on_event=on_event))
 
 
 async def arun_many(
