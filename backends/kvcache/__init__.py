@@ -17,10 +17,10 @@ from .policy import (
     TIER_HINTED, TIER_UNHINTED, TIER_UNTAGGED, BeladyPolicy, EvictionPolicy, KVFlowPolicy, LRUPolicy,
     kvflow_key, make_policy, node_steps, policy_names, register_policy,
 )
-from .prefetch import PrefetchPlan
 from .radix import Node, NodeState, RadixTree
 from .results import (
-    Admission, Allocation, Demotion, EvictResult, InsertResult, LoadTask, MatchResult, OffloadTask,
+    NO_EVICTION, Admission, Allocation, Demotion, EvictResult, InsertResult, LoadTask, LockHandle,
+    MatchResult, OffloadTask, PrefetchPlan,
 )
 from .segment import Segmenter, common_prefix_len
 from .stats import CacheStats
@@ -28,7 +28,7 @@ from .stats import CacheStats
 __all__ = [
     "KVCache", "CacheConfig", "DEFAULT_HINT_TTL_S",
     "MatchResult", "InsertResult", "Demotion", "EvictResult", "LoadTask", "OffloadTask",
-    "Allocation", "Admission", "PrefetchPlan",
+    "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION",
     "HintTable", "AgentRef", "HintError", "INF",
     "EvictionPolicy", "LRUPolicy", "KVFlowPolicy", "BeladyPolicy", "kvflow_key", "node_steps",
     "TIER_UNTAGGED", "TIER_UNHINTED", "TIER_HINTED", "register_policy", "make_policy", "policy_names",

@@ -1,4 +1,4 @@
-"""KVCache: the facade every backend drives (embedded engine, simulator).
+"""KVCache: the cache brain every backend drives (embedded engine, simulator).
 
 The brain decides and assigns slot indices; the engine owns the tensors, performs the copies the
 results ask for, and calls back. Request life cycle, in the engine's words::
@@ -6,17 +6,40 @@ results ask for, and calls back. Request life cycle, in the engine's words::
     m = cache.match_prefix(tokens)           # query; is_ready(m) is False while a prefetch loads
     adm = cache.admit(tokens)                # counts hits, locks the path, plans the load of
                                              # the host part; do adm.evicted.demoted copies, then
-                                             # adm.load copies, then complete_load(adm.load)
+                                             # adm.load copies, then complete_load(adm.load);
+                                             # adm.prefix_slots now hold the cached prefix
     a = cache.alloc_device(n_new)            # slots for the tokens to compute (+ demotions)
     res = cache.insert(tokens, slots, agent=(ns, name), fixed_prefix_tokens=k)
-    cache.lock(res.last_node); cache.unlock(adm.match.last_node)
     ...
-    cache.unlock(res.last_node); cache.free_device(unused_slots)
+    cache.unlock(adm.handle); cache.free_device(unused_slots)
 
 Invariants: each device/host slot is free, owned by exactly one node, or (device only) held by the
 caller between ``alloc_device`` and ``insert``/``free_device``; a locked node is never evicted; a
 loading or offloading node is never evicted; every copy the brain relies on is reported in a result.
 Not thread-safe: one owner calls it (the engine loop); worker threads only copy tensors.
+
+Eviction *order* is the policy's (:mod:`.policy`, kept by :class:`~.leafqueue.LeafQueue`); this
+class holds the mechanics:
+
+* **Eviction.** Device eviction takes unlocked device leaves (no child on device, not loading or
+  offloading) in policy order; a parent becomes a candidate once its children are gone from the
+  device. A victim with a host copy just frees its device slots; without one it is demoted
+  (write-back: host slots allocated, host evicted first by the same policy when full, copy reported
+  as a :class:`Demotion`) or, with no room or no host tier, dropped with its host-only subtree.
+  Host eviction drops unlocked host-only leaves. Asking for more than exists frees what it can.
+* **Transfers.** Loads (host -> device): nodes are LOADING from the task's creation until
+  ``complete_load`` (now device+host) or ``fail_load`` (back to host-only). Write-through offloads
+  (device -> host): OFFLOADING until ``complete_offload`` or ``fail_offload`` (device-only again).
+  Completing or failing a task twice raises :class:`UnknownTaskError`.
+* **Agent tags.** An agent's fixed prefix (explicit, or inferred by :class:`~.segment.Segmenter`)
+  is tagged on every node from the root to its end, splitting the node at the boundary so the
+  dynamic suffix stays untagged; a moved boundary untags the old path. The table of fixed prefixes
+  is bounded in agents and tokens; an agent forgotten there loses its tags.
+* **Prefetch.** After a hint update, every agent whose effective steps are <= the lookahead (every
+  branch candidate counts, most urgent first) and whose fixed prefix is (partly) host-only gets a
+  :class:`LoadTask`, within a budget: free device slots, plus device space whose eviction removes
+  nothing as urgent as that agent (only untagged nodes and nodes with larger steps, in policy
+  order), and at most ``max_inflight_loads`` prefetch tasks in flight. A loading prefix is skipped.
 """
 
 from __future__ import annotations
@@ -30,24 +53,25 @@ from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 from .allocator import SlotAllocator
 from .config import CacheConfig
-from .errors import CacheError, LockError
+from .errors import CacheError, IntegrityError, LockError
 from .hints import AgentRef, HintTable
-from .policy import EvictionPolicy, make_policy
-from .radix import Node, RadixTree
-from .eviction import NO_EVICTION, EvictionMixin
-from .integrity import check_integrity
 from .leafqueue import LeafQueue
-from .prefetch import PrefetchPlan, plan_prefetch
-from .results import Admission, Allocation, InsertResult, LoadTask, MatchResult, OffloadTask
+from .policy import EvictionPolicy, make_policy, node_steps
+from .radix import Node, RadixTree
+from .results import (
+    NO_EVICTION, Admission, Allocation, Demotion, EvictResult, InsertResult, LoadTask, LockHandle,
+    MatchResult, OffloadTask, PrefetchPlan,
+)
 from .segment import Segmenter
 from .stats import CacheStats
-from .tagging import TaggingMixin
-from .transfer import TransferMixin
+from .tasks import TaskBook
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "merge_evictions"]
+
+EMPTY_PLAN = PrefetchPlan((), NO_EVICTION)
 
 
-class KVCache(EvictionMixin, TransferMixin, TaggingMixin):
+class KVCache:
     def __init__(
         self,
         config: CacheConfig,
@@ -72,8 +96,8 @@ class KVCache(EvictionMixin, TransferMixin, TaggingMixin):
         self.stats = CacheStats()
         self._tick = 0  # logical time of last access: total order, independent of the clock
         self._task_ids = itertools.count(1)
-        self._loads: dict[int, tuple[LoadTask, list[Node]]] = {}
-        self._offloads: dict[int, tuple[OffloadTask, list[Node]]] = {}
+        self._loads: TaskBook[LoadTask] = TaskBook("load")
+        self._offloads: TaskBook[OffloadTask] = TaskBook("offload")
         self._held: set[int] = set()          # device slots handed to the caller
         self._direct_locks: Counter[int] = Counter()
         self._fixed: OrderedDict[AgentRef, tuple[int, ...]] = OrderedDict()  # agent -> fixed tokens
@@ -106,6 +130,10 @@ class KVCache(EvictionMixin, TransferMixin, TaggingMixin):
         """False while any node of the matched path is loading (a prefetch or load in flight)."""
         return all(node.loading is None for node in match.nodes)
 
+    def fixed_prefix(self, agent: AgentRef) -> tuple[int, ...] | None:
+        """The agent's current fixed-prefix tokens (``None`` when unknown)."""
+        return self._fixed.get(agent)
+
     def usage(self) -> dict[str, int]:
         return {
             "device_used": self.device.used_count, "device_total": self.device.capacity,
@@ -135,14 +163,7 @@ class KVCache(EvictionMixin, TransferMixin, TaggingMixin):
                 self.lock(last)
                 self.unlock(match.last_node)
                 match = MatchResult(match.device_tokens, 0, device_nodes, match.device_slots, (), last)
-        for node in device_nodes:
-            if node.prefetched:
-                self.stats.prefetch_hit_tokens += len(node)
-                node.prefetched = False
-            else:
-                self.stats.device_hit_tokens += len(node)
-        self.stats.host_hit_tokens += match.host_tokens
-        self.stats.recomputed_tokens += len(tokens) - match.cached_tokens
+        self._count_hits(device_nodes, match, len(tokens))
         return Admission(match, load, evicted)
 
     def alloc_device(self, n: int) -> Allocation:
@@ -189,29 +210,13 @@ class KVCache(EvictionMixin, TransferMixin, TaggingMixin):
         slots = tuple(device_slots)
         if len(slots) != len(tokens):
             raise CacheError(f"insert got {len(tokens)} tokens but {len(slots)} device slots")
-        if agent is not None:
-            # Validate before mutating anything.
-            if fixed_prefix_tokens is not None and fixed_prefix_tokens < 0:
-                raise CacheError(f"fixed_prefix_tokens must be >= 0, got {fixed_prefix_tokens}")
+        if agent is not None and fixed_prefix_tokens is not None and fixed_prefix_tokens < 0:
+            raise CacheError(f"fixed_prefix_tokens must be >= 0, got {fixed_prefix_tokens}")
         if not tokens:
             return InsertResult(0, (), (), self.tree.root, None)
         path, matched = self.tree.walk(tokens)
         self._check_caller_slots(path, slots, matched)
-        duplicates: list[int] = []
-        pos = 0
-        for node in path:
-            mine = slots[pos:pos + len(node)]
-            if node.device is None:
-                node.device = list(mine)
-                self._held.difference_update(mine)
-                self._refresh(node)
-                self._refresh(node.parent)
-            else:
-                duplicates.extend(s for s, t in zip(mine, node.device) if s != t)
-            pos += len(node)
-        if duplicates:
-            self._held.difference_update(duplicates)
-            self.device.free(duplicates)
+        duplicates = self._adopt_slots(path, slots)
         last = path[-1] if path else self.tree.root
         new_tokens = len(tokens) - matched
         if new_tokens:
@@ -229,22 +234,11 @@ class KVCache(EvictionMixin, TransferMixin, TaggingMixin):
         out_slots = tuple(s for node in path for s in node.device)
         return InsertResult(new_tokens, tuple(duplicates), out_slots, last, offload)
 
-    def _check_caller_slots(self, path: list[Node], slots: tuple[int, ...], matched: int) -> None:
-        pos = 0
-        for node in path:
-            for i, s in enumerate(slots[pos:pos + len(node)]):
-                if not (node.device is not None and node.device[i] == s) and s not in self._held:
-                    raise CacheError(f"device slot {s} (token {pos + i}) is not held by the caller")
-            pos += len(node)
-        if len(set(slots)) != len(slots):
-            raise CacheError("insert got the same device slot twice")
-        for i, s in enumerate(slots[matched:], start=matched):
-            if s not in self._held:
-                raise CacheError(f"device slot {s} (token {i}) is not held by the caller")
-
     # ---- locks -------------------------------------------------------------------------
-    def lock(self, node: Node) -> None:
-        """Protect ``node`` and its ancestors from eviction until ``unlock(node)``."""
+    def lock(self, handle: LockHandle) -> None:
+        """Protect the path ending at ``handle`` (a match's, admission's or insert's) from
+        eviction until ``unlock(handle)``."""
+        node = handle
         if node.parent is None and node is not self.tree.root:
             raise LockError(f"node {node.id} is no longer in the tree")
         self._direct_locks[node.id] += 1
@@ -252,9 +246,10 @@ class KVCache(EvictionMixin, TransferMixin, TaggingMixin):
             node.lock_ref += 1
             node = node.parent
 
-    def unlock(self, node: Node) -> None:
-        """Release one ``lock(node)``; raises :class:`LockError` (changing nothing) when ``node``
+    def unlock(self, handle: LockHandle) -> None:
+        """Release one ``lock(handle)``; raises :class:`LockError` (changing nothing) when it
         holds no lock of its own (a double unlock)."""
+        node = handle
         if self._direct_locks.get(node.id, 0) <= 0:
             raise LockError(f"unlock of node {node.id} that holds no lock (double unlock?)")
         self._direct_locks[node.id] -= 1
@@ -273,17 +268,148 @@ class KVCache(EvictionMixin, TransferMixin, TaggingMixin):
         """Apply ``POST /kvflow/v1/steps``; ``done`` forgets the workflow."""
         self.hints.apply_steps(update)
 
-    # ---- helpers shared with eviction / prefetch ----------------------------------------
+    # ---- eviction ----------------------------------------------------------------------
+    def evict_device(self, n: int) -> EvictResult:
+        """Free at least ``n`` device tokens if that many are evictable (else as many as are)."""
+        if n < 0:
+            raise CacheError(f"cannot evict a negative number of tokens ({n})")
+        if n == 0:
+            return NO_EVICTION
+        self.hints.expire()
+        victims, _ = self._victims(n)
+        return self._evict_nodes(victims)
+
+    def evict_host(self, n: int) -> EvictResult:
+        """Drop at least ``n`` host-only tokens if that many are evictable (else as many as are)."""
+        if n < 0:
+            raise CacheError(f"cannot evict a negative number of tokens ({n})")
+        if n == 0 or not self._host_leaves:
+            return NO_EVICTION
+        self.hints.expire()
+        queue = self._host_queue
+        queue.begin()
+        freed = 0
+        while freed < n:
+            node = queue.pop(_host_evictable)
+            if node is None:
+                break
+            freed += self._drop_subtree(node)  # a parent left as a host leaf joins the queue
+        queue.end()
+        return EvictResult(freed, (), freed)
+
+    # ---- transfers ---------------------------------------------------------------------
+    def complete_load(self, task: LoadTask) -> None:
+        """The engine finished copying ``task``: its nodes become device+host."""
+        for node in self._loads.close(task.task_id):
+            node.loading = None
+        if task.prefetch:
+            self.stats.prefetched_tokens += task.tokens
+
+    def fail_load(self, task: LoadTask) -> EvictResult:
+        """The copy failed: the nodes go back to host-only and their device slots are freed.
+
+        Device nodes inserted below them meanwhile were computed from KV that never arrived: they
+        are dropped (the returned result counts them). Raises :class:`CacheError`, changing
+        nothing, when a request still locks such a node."""
+        nodes = self._loads.nodes(task.task_id)
+        in_task = set(nodes)
+        tainted = [c for node in nodes for c in node.children.values()
+                   if c not in in_task and c.device is not None]
+        if any(c.lock_ref for c in tainted):
+            raise CacheError(f"load task {task.task_id} failed under nodes a request still locks")
+        self._loads.close(task.task_id)
+        freed = sum(len(n) for c in tainted for n in _device_subtree(c))
+        dropped = sum(self._drop_subtree(c) for c in tainted)
+        for node in nodes:
+            self.device.free(node.device)
+            node.device = None
+            node.loading = None
+            node.prefetched = False
+            self._refresh(node)
+            self._refresh(node.parent)
+        return EvictResult(freed, (), dropped)
+
+    def complete_offload(self, task: OffloadTask) -> None:
+        """The engine finished a write-through copy: its nodes are device+host."""
+        for node in self._offloads.close(task.task_id):
+            node.offloading = None
+
+    def fail_offload(self, task: OffloadTask) -> None:
+        """The write-through copy failed: its nodes are device-only again."""
+        for node in self._offloads.close(task.task_id):
+            self.host.free(node.host)
+            node.host = None
+            node.offloading = None
+            self._refresh(node)
+
+    # ---- prefetch planning -------------------------------------------------------------
+    def plan_prefetch(self) -> PrefetchPlan:
+        """Load tasks for the fixed prefixes of agents due within the lookahead (rules in the
+        module docstring). The planned nodes are LOADING until ``complete_load``."""
+        cfg = self.config
+        if not cfg.prefetch or not cfg.has_host_tier or cfg.max_inflight_loads == 0:
+            return EMPTY_PLAN
+        self.hints.expire()
+        in_flight = sum(1 for task in self._loads.tasks() if task.prefetch)
+        if in_flight >= cfg.max_inflight_loads:
+            return EMPTY_PLAN
+        tasks: list[LoadTask] = []
+        evictions: list[EvictResult] = []
+        for steps, ref in self.hints.due(cfg.prefetch_lookahead):
+            if in_flight >= cfg.max_inflight_loads:
+                break
+            task = self._plan_agent_load(ref, steps, evictions)
+            if task is not None:
+                tasks.append(task)
+                in_flight += 1
+        return PrefetchPlan(tuple(tasks), merge_evictions([e for e in evictions if e.freed or e.demoted]))
+
+    # ---- integrity ---------------------------------------------------------------------
+    def check_integrity(self) -> bool:
+        """Verify every invariant; raises :class:`IntegrityError` naming the first broken one.
+        Tests call it after each operation; the server's debug route exposes it."""
+        tree = self.tree
+        device_owner: dict[int, int] = {}
+        host_owner: dict[int, int] = {}
+        seen: set[int] = set()
+        stack: list[Node] = [tree.root]
+        while stack:
+            node = stack.pop()
+            if node.id in seen:
+                _fail(f"node {node.id} reached twice (cycle)")
+            seen.add(node.id)
+            if tree.nodes.get(node.id) is not node:
+                _fail(f"node {node.id} is in the tree but not in the id index")
+            self._check_node(node, device_owner, host_owner)
+            stack.extend(node.children.values())
+        if len(seen) != len(tree.nodes):
+            _fail(f"id index holds {len(tree.nodes)} nodes, the tree {len(seen)}")
+        _check_pool("device", self.device, device_owner, self._held)
+        _check_pool("host", self.host, host_owner, set())
+        self._check_tasks()
+        if any(v < 0 for v in self.stats.as_dict().values()):
+            _fail(f"negative counter in {self.stats}")
+        return True
+
+    # ---- internal helpers: bookkeeping -------------------------------------------------
     def _touch(self, nodes: Iterable[Node]) -> None:
         self._tick += 1
         for node in nodes:
             node.last_access = self._tick
 
+    def _count_hits(self, device_nodes: Sequence[Node], match: MatchResult, n_tokens: int) -> None:
+        for node in device_nodes:
+            if node.prefetched:
+                self.stats.prefetch_hit_tokens += len(node)
+                node.prefetched = False
+            else:
+                self.stats.device_hit_tokens += len(node)
+        self.stats.host_hit_tokens += match.host_tokens
+        self.stats.recomputed_tokens += n_tokens - match.cached_tokens
+
     def _on_split(self, upper: Node, lower: Node) -> None:
-        for table in (self._loads, self._offloads):
-            for task_id in (lower.loading, lower.offloading):
-                if task_id is not None and task_id in table:
-                    table[task_id][1].append(upper)
+        self._loads.note_split(upper, lower, lower.loading)
+        self._offloads.note_split(upper, lower, lower.offloading)
         self._refresh(upper)
         self._refresh(lower)
 
@@ -308,11 +434,326 @@ class KVCache(EvictionMixin, TransferMixin, TaggingMixin):
     def _key_epoch(self) -> int:
         return self._untag_epoch
 
-    # ---- delegated to their own modules --------------------------------------------------
-    def plan_prefetch(self) -> PrefetchPlan:
-        """Load tasks for the fixed prefixes of agents due within the lookahead (see prefetch.py)."""
-        return plan_prefetch(self)
+    # ---- internal helpers: insertion ---------------------------------------------------
+    def _check_caller_slots(self, path: list[Node], slots: tuple[int, ...], matched: int) -> None:
+        pos = 0
+        for node in path:
+            for i, s in enumerate(slots[pos:pos + len(node)]):
+                if not (node.device is not None and node.device[i] == s) and s not in self._held:
+                    raise CacheError(f"device slot {s} (token {pos + i}) is not held by the caller")
+            pos += len(node)
+        if len(set(slots)) != len(slots):
+            raise CacheError("insert got the same device slot twice")
+        for i, s in enumerate(slots[matched:], start=matched):
+            if s not in self._held:
+                raise CacheError(f"device slot {s} (token {i}) is not held by the caller")
 
-    def check_integrity(self) -> bool:
-        """Verify every invariant; raises :class:`IntegrityError` naming the first broken one."""
-        return check_integrity(self)
+    def _adopt_slots(self, path: list[Node], slots: tuple[int, ...]) -> list[int]:
+        """Host-only nodes of ``path`` take the caller's slots; returns (and frees) the caller's
+        slots that duplicate device KV already cached."""
+        duplicates: list[int] = []
+        pos = 0
+        for node in path:
+            mine = slots[pos:pos + len(node)]
+            if node.device is None:
+                node.device = list(mine)
+                self._held.difference_update(mine)
+                self._refresh(node)
+                self._refresh(node.parent)
+            else:
+                duplicates.extend(s for s, t in zip(mine, node.device) if s != t)
+            pos += len(node)
+        if duplicates:
+            self._held.difference_update(duplicates)
+            self.device.free(duplicates)
+        return duplicates
+
+    # ---- internal helpers: eviction ----------------------------------------------------
+    def _victims(self, n: int, stop: Callable[[Node], bool] | None = None) -> tuple[list[Node], int]:
+        """The device victims for ``n`` tokens in policy order, without changing anything.
+
+        Stops early at the first node for which ``stop(node)`` is true (the prefetch budget)."""
+        queue = self._device_queue
+        queue.begin()
+        chosen: list[Node] = []
+        gone: set[Node] = set()
+        got = 0
+        while got < n:
+            node = queue.pop(_device_evictable)
+            if node is None or (stop is not None and stop(node)):
+                break
+            chosen.append(node)
+            gone.add(node)
+            got += len(node)
+            parent = node.parent
+            if (parent.parent is not None and _device_evictable(parent)
+                    and all(c.device is None or c in gone for c in parent.children.values())):
+                queue.offer(parent)
+        queue.end()  # nothing is evicted yet; entries of nodes evicted later become garbage
+        return chosen, got
+
+    def _evict_nodes(self, victims: list[Node]) -> EvictResult:
+        demoted: list[Demotion] = []
+        freed = dropped = 0
+        for node in victims:
+            freed += len(node)
+            dropped += self._demote_or_drop(node, demoted)
+        return EvictResult(freed, tuple(demoted), dropped)
+
+    def _demote_or_drop(self, node: Node, demoted: list[Demotion]) -> int:
+        """Take ``node`` off the device; returns the tokens dropped from the tree."""
+        n = len(node)
+        dropped = 0
+        if node.host is None and self.config.has_host_tier:
+            host = self.host.alloc(n)
+            if host is None:
+                dropped = self.evict_host(n - self.host.free_count).dropped
+                host = self.host.alloc(n)
+            if host is not None:
+                demoted.append(Demotion(node.id, tuple(node.device), tuple(host)))
+                node.host = host
+        if node.host is not None:
+            self._release_device(node)
+            return dropped
+        return dropped + self._drop_subtree(node)
+
+    def _release_device(self, node: Node) -> None:
+        n = len(node)
+        self.device.free(node.device)
+        node.device = None
+        self.stats.evicted_device_tokens += n
+        if node.prefetched:
+            self.stats.prefetch_unused_tokens += n
+            node.prefetched = False
+        self._refresh(node)
+        self._refresh(node.parent)
+
+    def _drop_subtree(self, top: Node) -> int:
+        """Remove ``top`` and all its descendants from the tree; returns the tokens removed."""
+        order = [top]
+        for node in order:
+            order.extend(node.children.values())
+        removed = 0
+        parent = top.parent
+        for node in reversed(order):  # children before parents: each is a leaf when removed
+            if node.device is not None:
+                self._release_device(node)
+            if node.host is not None:
+                self.host.free(node.host)
+                self.stats.evicted_host_tokens += len(node)
+                node.host = None
+            self._device_leaves.discard(node)
+            self._host_leaves.discard(node)
+            removed += len(node)
+            self.tree.remove_leaf(node)
+        self._refresh(parent)
+        return removed
+
+    # ---- internal helpers: transfers ---------------------------------------------------
+    def _start_load(self, nodes: Sequence[Node], *, prefetch: bool) -> tuple[LoadTask | None, EvictResult]:
+        """Give host-only ``nodes`` (a path segment whose parent is on device) device slots,
+        evicting as needed; ``None`` when not enough device space can be freed."""
+        n = sum(len(node) for node in nodes)
+        evicted = NO_EVICTION
+        if self.device.free_count < n:
+            evicted = self.evict_device(n - self.device.free_count)
+        slots = self.device.alloc(n)
+        if slots is None:
+            return None, evicted
+        task_id = next(self._task_ids)
+        host_slots: list[int] = []
+        pos = 0
+        for node in nodes:
+            host_slots.extend(node.host)
+            node.device = slots[pos:pos + len(node)]
+            node.loading = task_id
+            node.prefetched = prefetch
+            pos += len(node)
+            self._refresh(node)
+            self._refresh(node.parent)
+        task = LoadTask(task_id, tuple(node.id for node in nodes), tuple(host_slots), tuple(slots), n, prefetch)
+        self._loads.open(task_id, task, list(nodes))
+        return task, evicted
+
+    def _start_offload(self, path: Sequence[Node]) -> OffloadTask | None:
+        nodes = [n for n in path if n.device is not None and n.host is None
+                 and n.loading is None and n.offloading is None]
+        n = sum(len(node) for node in nodes)
+        if not n:
+            return None
+        if self.host.free_count < n:
+            self.evict_host(n - self.host.free_count)
+        slots = self.host.alloc(n)
+        if slots is None:
+            return None  # no room: these nodes stay device-only (demoted with a copy later)
+        task_id = next(self._task_ids)
+        pos = 0
+        for node in nodes:
+            node.host = slots[pos:pos + len(node)]
+            node.offloading = task_id
+            pos += len(node)
+            self._refresh(node)
+        device_slots = tuple(s for node in nodes for s in node.device)
+        task = OffloadTask(task_id, tuple(node.id for node in nodes), device_slots, tuple(slots))
+        self._offloads.open(task_id, task, nodes)
+        return task
+
+    # ---- internal helpers: prefetch planning -------------------------------------------
+    def _plan_agent_load(self, ref: AgentRef, steps: float, evictions: list[EvictResult]) -> LoadTask | None:
+        """Start loading ``ref``'s host-only fixed prefix if the budget allows (evictions done to
+        make room are appended to ``evictions``)."""
+        fixed = self.fixed_prefix(ref)
+        if not fixed:
+            return None
+        match = self.match_prefix(fixed)
+        if not match.host_tokens or not self.is_ready(match):
+            return None
+        need = match.host_tokens - self.device.free_count
+        if need > 0:
+            steps_of = self.hints.steps
+            victims, got = self._victims(need, stop=lambda node: node_steps(node.tags, steps_of) <= steps)
+            if got < need:
+                return None  # would have to evict something at least as urgent: skip this agent
+            evictions.append(self._evict_nodes(victims))
+        host_nodes = [node for node in match.nodes if node.device is None]
+        task, evicted = self._start_load(host_nodes, prefetch=True)
+        evictions.append(evicted)
+        return task
+
+    # ---- internal helpers: agent tags --------------------------------------------------
+    def _tag_fixed_prefix(self, ref: AgentRef, fixed: tuple[int, ...]) -> None:
+        old = self._fixed.pop(ref, None)
+        if old is not None:
+            self._fixed_total -= len(old)
+            if old != fixed:
+                self._untag(ref, old)
+        if not fixed:
+            self.hints.note_fixed_tokens(ref, 0)
+            return
+        self._fixed[ref] = fixed
+        self._fixed_total += len(fixed)
+        # The agent just tagged always stays (as in the Segmenter): forgetting it here would leave
+        # its tags on the tree with no record to untag them by when its boundary moves.
+        while len(self._fixed) > 1 and (len(self._fixed) > self.config.max_tracked_agents
+                                        or self._fixed_total > self.config.tracked_tokens):
+            gone, tokens = self._fixed.popitem(last=False)  # least recently seen agent
+            self._fixed_total -= len(tokens)
+            self._untag(gone, tokens)
+        path, _ = self.tree.walk(fixed)  # splits the node at the boundary
+        for node in path:
+            if node.tags is None:
+                node.tags = set()
+            node.tags.add(ref)
+        self.hints.note_fixed_tokens(ref, len(fixed))
+
+    def _untag(self, ref: AgentRef, fixed: tuple[int, ...]) -> None:
+        self._untag_epoch += 1
+        for node in self._covering(fixed):
+            if node.tags:
+                node.tags.discard(ref)
+
+    def _covering(self, tokens: tuple[int, ...]) -> list[Node]:
+        """Nodes along ``tokens`` without splitting (the last may extend past the end)."""
+        out, node, pos = [], self.tree.root, 0
+        while pos < len(tokens):
+            child = node.children.get(tokens[pos])
+            if child is None or tokens[pos:pos + len(child)] != child.key[:len(tokens) - pos]:
+                break
+            out.append(child)
+            pos += len(child)
+            node = child
+        return out
+
+    # ---- internal helpers: integrity ---------------------------------------------------
+    def _check_node(self, node: Node, device_owner: dict[int, int], host_owner: dict[int, int]) -> None:
+        for first, child in node.children.items():
+            if child.parent is not node or not child.key or child.key[0] != first:
+                _fail(f"child {child.id} of node {node.id} is misfiled (parent or first token)")
+        direct = self._direct_locks.get(node.id, 0)
+        expected = direct + sum(c.lock_ref for c in node.children.values())
+        if node.parent is not None and node.lock_ref != expected:
+            _fail(f"node {node.id} has lock_ref {node.lock_ref}, expected {expected}")
+        if node.parent is None:
+            return
+        n = len(node.key)
+        if node.device is None and node.host is None:
+            _fail(f"node {node.id} has neither device nor host slots")
+        for tier, slots, owner in (("device", node.device, device_owner), ("host", node.host, host_owner)):
+            if slots is None:
+                continue
+            if len(slots) != n:
+                _fail(f"node {node.id} has {len(slots)} {tier} slots for {n} tokens")
+            for s in slots:
+                if s in owner:
+                    _fail(f"{tier} slot {s} owned by nodes {owner[s]} and {node.id}")
+                owner[s] = node.id
+        if node.device is not None and node.parent.parent is not None and node.parent.device is None:
+            _fail(f"node {node.id} is on device but its parent {node.parent.id} is not")
+        if (node.loading is not None or node.offloading is not None) and (node.device is None or node.host is None):
+            _fail(f"node {node.id} is in flight without both device and host slots")
+        is_dev_leaf = node.device is not None and not any(c.device is not None for c in node.children.values())
+        if is_dev_leaf != (node in self._device_leaves):
+            _fail(f"device-leaf set is stale for node {node.id}")
+        is_host_leaf = node.device is None and not node.children
+        if is_host_leaf != (node in self._host_leaves):
+            _fail(f"host-leaf set is stale for node {node.id}")
+
+    def _check_tasks(self) -> None:
+        books = (("loading", self._loads), ("offloading", self._offloads))
+        for attr, book in books:
+            for task_id, nodes in book.entries():
+                for node in nodes:
+                    if getattr(node, attr) != task_id or self.tree.nodes.get(node.id) is not node:
+                        _fail(f"node {node.id} of task {task_id} is not {attr} for it")
+        for node in self.tree:
+            for attr, book in books:
+                if getattr(node, attr) is not None and getattr(node, attr) not in book:
+                    _fail(f"node {node.id} is {attr} for an unknown task")
+
+
+# ---- module helpers (no cache state) -------------------------------------------------------
+def merge_evictions(results: list[EvictResult]) -> EvictResult:
+    if not results:
+        return NO_EVICTION
+    return EvictResult(sum(r.freed for r in results), tuple(d for r in results for d in r.demoted),
+                       sum(r.dropped for r in results))
+
+
+def _device_subtree(top: Node) -> list[Node]:
+    """``top`` and its device descendants, parents before children."""
+    order = [top]
+    for node in order:
+        order.extend(c for c in node.children.values() if c.device is not None)
+    return order
+
+
+def _unpinned(node: Node) -> bool:
+    return node.lock_ref == 0 and node.loading is None and node.offloading is None
+
+
+def _device_evictable(node: Node) -> bool:
+    return node.device is not None and _unpinned(node)
+
+
+def _host_evictable(node: Node) -> bool:
+    return node.device is None and not node.children and _unpinned(node)
+
+
+def _fail(msg: str) -> None:
+    raise IntegrityError(msg)
+
+
+def _check_pool(tier: str, pool: SlotAllocator, owned: dict[int, int], held: set[int]) -> None:
+    free = pool.free_slots()
+    if len(set(free)) != len(free):
+        _fail(f"{tier} free list holds a slot twice")
+    free_set = set(free)
+    for s in owned:
+        if s in free_set:
+            _fail(f"{tier} slot {s} is owned by node {owned[s]} and free")
+        if s in held:
+            _fail(f"{tier} slot {s} is owned by node {owned[s]} and held by the caller")
+    if held & free_set:
+        _fail(f"{tier} slots {sorted(held & free_set)[:5]} are held and free")
+    if len(owned) + len(held) + len(free) != pool.capacity:
+        _fail(f"{tier} pool leaks slots: {len(owned)} owned + {len(held)} held + {len(free)} free != {pool.capacity}")

@@ -8,7 +8,11 @@ from typing import NamedTuple
 from .radix import Node
 
 __all__ = ["MatchResult", "InsertResult", "Demotion", "EvictResult", "LoadTask", "OffloadTask",
-           "Allocation", "Admission"]
+           "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION"]
+
+LockHandle = Node
+"""What ``KVCache.lock``/``unlock`` take. Hosts treat it as opaque: they hold it and pass it back,
+never read it (it is the radix node at the end of a locked path)."""
 
 
 class MatchResult(NamedTuple):
@@ -31,6 +35,11 @@ class MatchResult(NamedTuple):
     def cached_tokens(self) -> int:
         return self.device_tokens + self.host_tokens
 
+    @property
+    def handle(self) -> LockHandle:
+        """Pass to ``KVCache.lock``/``unlock`` to protect the matched path."""
+        return self.last_node
+
 
 class Demotion(NamedTuple):
     """Copy device rows ``device_slots[i]`` to host rows ``host_slots[i]`` BEFORE the engine writes
@@ -49,6 +58,9 @@ class EvictResult(NamedTuple):
     freed: int
     demoted: tuple[Demotion, ...]
     dropped: int
+
+
+NO_EVICTION = EvictResult(0, (), 0)
 
 
 class LoadTask(NamedTuple):
@@ -98,8 +110,34 @@ class Allocation(NamedTuple):
 
 class Admission(NamedTuple):
     """A request admitted: its match (path locked), the load of its host-only part (``None`` when
-    none; copy then ``complete_load``), and the eviction that made room for that load."""
+    none; copy then ``complete_load``), and the eviction that made room for that load.
+
+    Hosts use ``prefix_slots``, ``cached_tokens`` and ``handle``; ``match`` is the brain's view."""
 
     match: MatchResult
     load: LoadTask | None
+    evicted: EvictResult
+
+    @property
+    def prefix_slots(self) -> tuple[int, ...]:
+        """Device slots of the whole admitted prefix, in token order (valid once ``load`` is done)."""
+        if self.load is None:
+            return self.match.device_slots
+        return self.match.device_slots + self.load.device_slots
+
+    @property
+    def cached_tokens(self) -> int:
+        """Tokens of the prompt served from the cache (device part plus the loaded host part)."""
+        return self.match.cached_tokens
+
+    @property
+    def handle(self) -> LockHandle:
+        """The lock ``admit`` took; pass it to ``KVCache.unlock`` when the request ends."""
+        return self.match.last_node
+
+
+class PrefetchPlan(NamedTuple):
+    """Perform ``evicted.demoted`` copies first, then each task's copy, then ``complete_load``."""
+
+    tasks: tuple[LoadTask, ...]
     evicted: EvictResult
