@@ -10,6 +10,7 @@ from typing import Callable
 import torch
 
 from backends.base import FinishReason, GenerateRequest, GenerateResult, StreamEvent
+from backends.kvcache import Admission
 from backends.local.tokenizer import ChatTokenizer, IncrementalDecoder
 
 __all__ = ["Phase", "RequestState", "Sink"]
@@ -35,7 +36,7 @@ class RequestState:
     tokenizer: ChatTokenizer
     generator: torch.Generator | None
     phase: Phase = Phase.WAITING
-    admission: object | None = None  # backends.kvcache Admission: its path stays locked while running
+    admission: Admission | None = None  # its prefix stays locked (admission.handle) while running
     prefix_slots: list[int] = field(default_factory=list)
     own_slots: list[int] = field(default_factory=list)
     computed: int = 0  # prompt positions whose KV is in the pool

@@ -189,15 +189,15 @@ class Scheduler:
         self.tiers.demote(admission.evicted)
         if admission.load is not None:  # host-only prefix: load it now (the stall prefetch avoids)
             self.tiers.load_now(admission.load)
-        cached = [s for node in admission.match.nodes for s in node.device]
+        cached = admission.prefix_slots
         usable = min(len(cached), len(prompt) - 1)  # the last prompt token is always computed: we need its logits
         allocation = self.cache.alloc_device(len(prompt) - usable + state.request.sampling.max_tokens - 1)
         self.tiers.demote(allocation.evicted)
         if allocation.slots is None:
-            self.cache.unlock(admission.match.last_node)
+            self.cache.unlock(admission.handle)
             return False
         state.admission = admission
-        state.prefix_slots = cached[:usable]
+        state.prefix_slots = list(cached[:usable])
         state.own_slots = list(allocation.slots)
         state.computed = usable
         state.phase = Phase.PREFILL
@@ -301,7 +301,7 @@ class Scheduler:
             except Exception:
                 log.exception("could not cache request %s; dropping its KV", state.request_id)
         self.cache.free_device(unused)
-        self.cache.unlock(admission.match.last_node)
+        self.cache.unlock(admission.handle)
 
     def _publish(self) -> None:
         self.snapshot = {

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from backends.kvcache import CacheConfig, KVCache, MatchResult
+from backends.kvcache import CacheConfig, KVCache, LockHandle, MatchResult
 from backends.kvcache.hints import AgentRef
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
@@ -59,8 +59,8 @@ class SimRequest:
     finish_s: float = math.nan
     cached_tokens: int = 0
     generated: int = 0
-    _lock: object = None
-    _slots: tuple[int, ...] = ()
+    lock: LockHandle | None = None  # the brain's lock on the admitted prefix, held while running
+    own_slots: tuple[int, ...] = ()  # device slots reserved for the tokens it computes
 
     @property
     def context(self) -> int:
@@ -169,7 +169,7 @@ class ServingSim:
         """Try to admit; ``peek`` is the request's prefix match at this instant. Returns
         (admitted, time its KV is ready: load/demotion end)."""
         cache = self.cache
-        cache.lock(peek.last_node)  # our own prefix must survive the reservation below
+        cache.lock(peek.handle)  # our own prefix must survive the reservation below
         try:
             # Reserve for the host part too, then hand exactly that back just before admission, so
             # the brain's load of it finds free slots instead of evicting someone else's prefix.
@@ -184,8 +184,8 @@ class ServingSim:
                 slots = slots[: -peek.host_tokens]
             adm = cache.admit(request.prompt)
         finally:
-            cache.unlock(peek.last_node)
-        short = peek.cached_tokens - adm.match.cached_tokens  # host part the brain did not load
+            cache.unlock(peek.handle)
+        short = peek.cached_tokens - adm.cached_tokens  # host part the brain did not load
         if short > 0:
             more = cache.alloc_device(short)
             ready_at = max(ready_at, self._honour(more.evicted))
@@ -195,9 +195,9 @@ class ServingSim:
         ready_at = max(ready_at, self._honour(adm.evicted))
         if adm.load is not None:
             ready_at = max(ready_at, self.h2d.demand(adm.load.tokens, lambda t=adm.load: cache.complete_load(t)))
-        request._lock = adm.match.last_node
-        request._slots = slots
-        request.cached_tokens = adm.match.cached_tokens
+        request.lock = adm.handle
+        request.own_slots = slots
+        request.cached_tokens = adm.cached_tokens
         request.admitted_s = self.events.now
         self.admission_log.append(request.prompt)
         return True, ready_at
@@ -276,9 +276,9 @@ class ServingSim:
         r.finish_s = self.events.now
         tokens = r.prompt + r.output
         cached = cache.match_prefix(r.prompt[: r.cached_tokens]).device_slots[: r.cached_tokens]
-        res = cache.insert(tokens, cached + r._slots, agent=r.agent, fixed_prefix_tokens=r.fixed_tokens)
+        res = cache.insert(tokens, cached + r.own_slots, agent=r.agent, fixed_prefix_tokens=r.fixed_tokens)
         self._offload(res.offload)
-        cache.unlock(r._lock)
+        cache.unlock(r.lock)
 
 
 def _to_compute(prompt: tuple[int, ...], cached: int) -> int:
