@@ -98,7 +98,7 @@ def _engine_config(args: argparse.Namespace) -> Any:
     from backends.local import EngineConfig
 
     sizes = {k: v for k, v in (("device_tokens", args.device_tokens), ("host_tokens", args.host_tokens)) if v is not None}
-    return EngineConfig(model=args.model, policy=args.policy, prefetch=not args.no_prefetch, **sizes)
+    return EngineConfig.build(model=args.model, policy=args.policy, prefetch=not args.no_prefetch, **sizes)
 
 
 def main(args: argparse.Namespace) -> int:

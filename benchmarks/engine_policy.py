@@ -59,7 +59,7 @@ def workflow_requests(engine: Engine, args: argparse.Namespace) -> list[list[Gen
 
 
 def run_config(args: argparse.Namespace, policy: str, prefetch: bool, device_tokens: int, host_tokens: int) -> dict:
-    engine = Engine(EngineConfig(model=args.model, device_tokens=device_tokens, host_tokens=host_tokens,
+    engine = Engine(EngineConfig.build(model=args.model, device_tokens=device_tokens, host_tokens=host_tokens,
                                  policy=policy, prefetch=prefetch, dtype=args.dtype))
     times = []
     for batch in workflow_requests(engine, args):

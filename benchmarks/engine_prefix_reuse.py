@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
 
-    engine = Engine(EngineConfig(model=args.model, device_tokens=(args.fixed + args.dynamic + 8) * 4,
+    engine = Engine(EngineConfig.build(model=args.model, device_tokens=(args.fixed + args.dynamic + 8) * 4,
                                  host_tokens=0, dtype=args.dtype, chunk_tokens=2048))
     print(describe_machine())
     print(f"model {args.model} ({args.dtype}), fixed {args.fixed} tokens, dynamic {args.dynamic}, {args.reps} reps")

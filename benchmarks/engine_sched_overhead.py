@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
 
-    engine = Engine(EngineConfig(model=args.model, device_tokens=args.batch * (args.prompt + args.output) * 2,
+    engine = Engine(EngineConfig.build(model=args.model, device_tokens=args.batch * (args.prompt + args.output) * 2,
                                  host_tokens=0, max_batch=args.batch, dtype=args.dtype))
     requests = [GenerateRequest(random_tokens(engine, args.prompt, seed=i), sampling(args.output)) for i in range(args.batch)]
 

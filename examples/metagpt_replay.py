@@ -46,7 +46,7 @@ async def compare(name: str, model: str, device_tokens: int, host_tokens: int, r
     outcomes = {}
     for policy in ("lru", "kvflow"):
         # lru is the stock baseline (HiCache-style: load at admission, no workflow-aware prefetch).
-        config = EngineConfig(model=model, device_tokens=device_tokens, host_tokens=host_tokens, policy=policy,
+        config = EngineConfig.build(model=model, device_tokens=device_tokens, host_tokens=host_tokens, policy=policy,
                               prefetch=policy == "kvflow")
         print(f"running {name} under {policy} ...", flush=True)
         workflow, inputs = build(name, rounds, max_tokens)

@@ -1,22 +1,35 @@
-"""Frozen configuration of the embedded engine, built once at the edge (CLI, runtime, tests)."""
+"""Frozen configuration of the embedded engine, built once at the edge (CLI, runtime, tests).
+
+The cache brain's settings are not repeated here: ``EngineConfig.cache`` is the brain's own
+:class:`~backends.kvcache.CacheConfig`, handed to it unchanged.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import torch
 
-from backends.kvcache import DEFAULT_HINT_TTL_S, CacheConfig
+from backends.kvcache import CacheConfig, policy_names
 
-__all__ = ["EngineConfig", "POLICIES", "DTYPES"]
+__all__ = ["EngineConfig", "DTYPES"]
 
-POLICIES = ("lru", "kvflow")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# The engine's pool sizes when a caller names none (CacheConfig itself has no host tier by default).
+DEFAULT_DEVICE_TOKENS = 8192
+DEFAULT_HOST_TOKENS = 32768
+
+
+def _default_cache() -> CacheConfig:
+    return CacheConfig(device_tokens=DEFAULT_DEVICE_TOKENS, host_tokens=DEFAULT_HOST_TOKENS)
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Capacities are in tokens; ``host_tokens == 0`` means no host tier (evicted KV is dropped).
+    """``cache``: the brain's configuration (pool sizes in tokens, policy, prefetch, ...); its
+    ``policy`` must be registered with :func:`backends.kvcache.register_policy`.
 
     ``device``/``dtype`` ``"auto"``: CUDA when available (bfloat16 there), else CPU in float32 (the
     bit-exact reference). ``chunk_tokens`` bounds the prefill work done per scheduler step, so running
@@ -24,25 +37,16 @@ class EngineConfig:
     """
 
     model: str = "tiny-random"
-    device_tokens: int = 8192
-    host_tokens: int = 32768
-    policy: str = "kvflow"
-    prefetch: bool = True
+    cache: CacheConfig = field(default_factory=_default_cache)
     max_batch: int = 8
     chunk_tokens: int = 512
     dtype: str = "auto"
     device: str = "auto"
     seed: int = 0
-    prefetch_lookahead: int = 1
-    max_inflight_loads: int = 4
-    write_through: bool = False
-    hint_ttl_s: float = DEFAULT_HINT_TTL_S
-    """Seconds after its last update a workflow that never sent ``done`` is forgotten."""
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
-        self.cache_config()  # the brain validates the fields it shares with the engine
+        if self.cache.policy not in policy_names():
+            raise ValueError(f"policy must be one of {', '.join(policy_names())}, got {self.cache.policy!r}")
         if self.max_batch <= 0 or self.chunk_tokens <= 0:
             raise ValueError("max_batch and chunk_tokens must be > 0")
         if self.dtype != "auto" and self.dtype not in DTYPES:
@@ -50,14 +54,14 @@ class EngineConfig:
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
 
-    def cache_config(self) -> CacheConfig:
-        """The cache brain's configuration for this engine."""
-        return CacheConfig(
-            device_tokens=self.device_tokens, host_tokens=self.host_tokens, policy=self.policy,
-            prefetch=self.prefetch, prefetch_lookahead=self.prefetch_lookahead,
-            max_inflight_loads=self.max_inflight_loads, write_through=self.write_through,
-            hint_ttl_s=self.hint_ttl_s,
-        )
+    @classmethod
+    def build(cls, **options: Any) -> EngineConfig:
+        """Flat keywords for callers: :class:`CacheConfig` field names (``device_tokens``,
+        ``policy``, ``prefetch``, ...) go to ``cache``, with the engine's default pool sizes; the
+        rest are the engine's own. An unknown name raises TypeError."""
+        cache_names = {f.name for f in fields(CacheConfig)}
+        cache = replace(_default_cache(), **{k: v for k, v in options.items() if k in cache_names})
+        return cls(cache=cache, **{k: v for k, v in options.items() if k not in cache_names})
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

@@ -113,11 +113,11 @@ class Engine:
         if bad is not None:
             raise EngineError(f"token id {bad!r} is outside the vocabulary [0, {vocab})")
         needed = len(ids) + sampling.max_tokens - 1
-        limit = min(self.config.device_tokens, self.model_config.max_position)
+        limit = min(self.config.cache.device_tokens, self.model_config.max_position)
         if needed > limit:
             raise RequestTooLarge(
                 f"the prompt has {len(ids)} tokens and max_tokens is {sampling.max_tokens}: {needed} KV slots are "
-                f"needed but the limit is {limit} (device pool {self.config.device_tokens} tokens, "
+                f"needed but the limit is {limit} (device pool {self.config.cache.device_tokens} tokens, "
                 f"context {self.model_config.max_position})"
             )
         fixed = request.fixed_prefix_tokens
@@ -206,11 +206,11 @@ class Engine:
             "version": _version(),
             "backend": "local",
             "model": self.model_name,
-            "policy": cfg.policy,
+            "policy": cfg.cache.policy,
             "prefetch": self.scheduler.tiers.worker is not None,  # what was built, not a second copy of its rule
             "tiers": {
-                "device": {"tokens": cfg.device_tokens, "device": str(device)},
-                "host": {"tokens": cfg.host_tokens, "device": "cpu", "pinned": self.scheduler.host_pool.pinned},
+                "device": {"tokens": cfg.cache.device_tokens, "device": str(device)},
+                "host": {"tokens": cfg.cache.host_tokens, "device": "cpu", "pinned": self.scheduler.host_pool.pinned},
             },
             "max_batch": cfg.max_batch,
             "chunk_tokens": cfg.chunk_tokens,

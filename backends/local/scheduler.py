@@ -42,11 +42,11 @@ class Scheduler:
         """``load_copy(task)`` replaces the prefetch worker's host->device copy (fault injection)."""
         device, dtype, cfg = config.torch_device(), config.torch_dtype(), loaded.model.cfg
         self.config = config
-        self.device_pool = KVPool(cfg, config.device_tokens, device=device, dtype=dtype)
-        self.host_pool = KVPool(cfg, config.host_tokens, device="cpu", dtype=dtype, pin=device.type == "cuda", lazy=True)
-        self.cache = KVCache(config.cache_config())
+        self.device_pool = KVPool(cfg, config.cache.device_tokens, device=device, dtype=dtype)
+        self.host_pool = KVPool(cfg, config.cache.host_tokens, device="cpu", dtype=dtype, pin=device.type == "cuda", lazy=True)
+        self.cache = KVCache(config.cache)
         self.runner = ModelRunner(loaded.model, self.device_pool, config.chunk_tokens)
-        self.tiers = TierMover(self.cache, self.device_pool, self.host_pool, prefetch=config.prefetch, wake=wake,
+        self.tiers = TierMover(self.cache, self.device_pool, self.host_pool, prefetch=config.cache.prefetch, wake=wake,
                                load_copy=load_copy)
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []

@@ -50,7 +50,7 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 def _engine(model: str, device_tokens: int, host_tokens: int, prefetch: bool = True):
     from backends.local import Engine, EngineConfig
 
-    return Engine(EngineConfig(model=model, device_tokens=device_tokens, host_tokens=host_tokens,
+    return Engine(EngineConfig.build(model=model, device_tokens=device_tokens, host_tokens=host_tokens,
                                policy="kvflow", prefetch=prefetch, write_through=True))
 
 

@@ -74,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     from ._report import AGENT_COLUMNS, ProgressPrinter, agent_rows, print_table, summarize_agents
 
     try:
-        config = EngineConfig(
+        config = EngineConfig.build(
             model=args.model,
             device_tokens=args.device_tokens,
             host_tokens=args.host_tokens,
@@ -88,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
     fancy = False if args.plain else None
     print(
         f"kvflow demo: MetaGPT-style workflow (5 agents, {args.fix_rounds} fix rounds) on the embedded engine: "
-        f"model {args.model}, policy {args.policy}{'' if config.prefetch else ' without prefetch'}, "
+        f"model {args.model}, policy {args.policy}{'' if config.cache.prefetch else ' without prefetch'}, "
         f"device pool {args.device_tokens} tokens, host pool {args.host_tokens} tokens",
         flush=True,
     )

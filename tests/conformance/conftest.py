@@ -15,7 +15,7 @@ from backends.server import create_app, serve_in_thread
 sys.path.insert(0, os.path.dirname(__file__))  # test folders are not packages
 from backends_under_test import Backend, InProcess, OverHTTP  # noqa: E402
 
-CONFIG = EngineConfig(model="tiny-random", device_tokens=1024, host_tokens=4096, policy="kvflow", prefetch=True)
+CONFIG = EngineConfig.build(model="tiny-random", device_tokens=1024, host_tokens=4096, policy="kvflow", prefetch=True)
 
 BACKENDS = [
     "in-process",

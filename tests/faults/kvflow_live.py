@@ -30,7 +30,7 @@ def tiny_engine(*, load_copy: Any = None, **config: Any) -> Engine:
     """The tiny-random engine; ``config`` overrides EngineConfig fields, ``load_copy`` is the engine's
     copy-fault seam."""
     settings = {"model": "tiny-random", "device_tokens": DEVICE_TOKENS, "host_tokens": HOST_TOKENS, **config}
-    return Engine(EngineConfig(**settings), load_copy=load_copy)
+    return Engine(EngineConfig.build(**settings), load_copy=load_copy)
 
 
 class ThreadServer:

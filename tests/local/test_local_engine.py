@@ -11,6 +11,7 @@ import time
 import pytest
 
 from backends.base import EngineError, GenerateRequest, RequestTooLarge, SamplingParams
+from backends.kvcache import CacheConfig, LRUPolicy, policy_names, register_policy
 from backends.local import Engine, EngineConfig
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
@@ -34,7 +35,7 @@ def chat(engine: Engine, agent: str, question: str, max_tokens: int = 12, **hint
 
 
 def make_engine(**overrides) -> Engine:
-    return Engine(EngineConfig(**{"model": "tiny-random", "device_tokens": 4096, "host_tokens": 8192, **overrides}))
+    return Engine(EngineConfig.build(**{"model": "tiny-random", "device_tokens": 4096, "host_tokens": 8192, **overrides}))
 
 
 def wait_idle(engine: Engine, timeout: float = 10.0) -> dict:
@@ -273,7 +274,16 @@ def test_info_and_stats_report_tiers_and_counters(engine):
                 "device_used", "device_total", "host_used", "host_total"):
         assert key in stats
     with pytest.raises(ValueError, match="policy must be one of"):
-        EngineConfig(policy="fifo")
+        EngineConfig.build(policy="fifo")
+
+
+def test_a_policy_registered_in_the_brain_is_accepted_by_the_engine_config():
+    name = "engine-test-newest-first"
+    if name not in policy_names():
+        register_policy(name, lambda hints, **_: LRUPolicy())
+    config = EngineConfig.build(policy=name, device_tokens=256, host_tokens=0)
+    assert config.cache.policy == name and config.cache == CacheConfig(device_tokens=256, policy=name)
+    assert EngineConfig(cache=config.cache) == config
 
 
 async def test_inspect_cache_runs_on_the_loop_thread(engine):

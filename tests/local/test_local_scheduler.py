@@ -40,12 +40,12 @@ def output(events):
 
 
 def test_loading_prefix_is_skipped_and_ready_requests_run(tiny):
-    scratch = Scheduler(EngineConfig(device_tokens=4096, host_tokens=0), tiny, wake=lambda: None)
+    scratch = Scheduler(EngineConfig.build(device_tokens=4096, host_tokens=0), tiny, wake=lambda: None)
     _, ref_events = submit(scratch, tiny, request(tiny, "planner"))
     run_all(scratch)
     reference = output(ref_events)
 
-    sched = Scheduler(EngineConfig(device_tokens=700, host_tokens=4096, policy="kvflow"), tiny, wake=lambda: None)
+    sched = Scheduler(EngineConfig.build(device_tokens=700, host_tokens=4096, policy="kvflow"), tiny, wake=lambda: None)
     try:
         submit(sched, tiny, request(tiny, "planner", planner=0))
         run_all(sched)
@@ -84,7 +84,7 @@ ADMISSION_COUNTERS = ("device_hit_tokens", "host_hit_tokens", "prefetch_hit_toke
 def test_a_request_that_does_not_fit_yet_is_not_readmitted_every_step(tiny):
     # Two requests fill the 600-slot pool (100 prompt + 199 decode slots each); the third must wait.
     # Retrying its admission on every step ran the brain's admit each time, counting its prompt again.
-    sched = Scheduler(EngineConfig(device_tokens=600, host_tokens=0), tiny, wake=lambda: None)
+    sched = Scheduler(EngineConfig.build(device_tokens=600, host_tokens=0), tiny, wake=lambda: None)
     try:
         prompts = [tuple((7 * i + k) % 250 + 3 for k in range(100)) for i in range(3)]
         states = [submit(sched, tiny, GenerateRequest(p, SamplingParams(max_tokens=200, ignore_eos=True)))[0]

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 
 async def test_chat_completion_knows_the_capital_of_france():
-    engine = Engine(EngineConfig(model="smollm2-135m", device_tokens=2048, host_tokens=0))
+    engine = Engine(EngineConfig.build(model="smollm2-135m", device_tokens=2048, host_tokens=0))
     try:
         enc = engine.tokenizer.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
         result = await engine.generate(GenerateRequest(enc.input_ids, SamplingParams(max_tokens=24)))

@@ -16,7 +16,7 @@ from backends.server import create_app, serve_in_thread
 from kvflow_orch import WorkflowError
 from kvflow_orch.runtime import arun, run, run_many
 
-CONFIG = EngineConfig(model="tiny-random", device_tokens=4096, host_tokens=8192)
+CONFIG = EngineConfig.build(model="tiny-random", device_tokens=4096, host_tokens=8192)
 
 
 class Seen:
@@ -157,7 +157,7 @@ async def test_in_process_engine_gets_hints_and_done():
 
 
 def test_engine_config_backend():
-    result = run(review_loop(rounds=1), {"idea": "x"}, backend=EngineConfig(model="tiny-random", device_tokens=2048, host_tokens=0))
+    result = run(review_loop(rounds=1), {"idea": "x"}, backend=EngineConfig.build(model="tiny-random", device_tokens=2048, host_tokens=0))
     assert len(result.calls) == 3 and all(c.prompt_tokens > 0 for c in result.calls)
 
 

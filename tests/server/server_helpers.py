@@ -28,7 +28,7 @@ class Served(NamedTuple):
 @contextmanager
 def start_server(*, api_key: str | None = None, limits: ServerLimits | None = None, **config: Any) -> Iterator[Served]:
     settings = {"model": "tiny-random", "device_tokens": DEVICE_TOKENS, "host_tokens": HOST_TOKENS, **config}
-    engine = Engine(EngineConfig(**settings))
+    engine = Engine(EngineConfig.build(**settings))
     requests: list[tuple[str, GenerateRequest]] = []
     steps: list[StepsUpdate] = []
     app = create_app(engine, api_key=api_key, limits=limits,
