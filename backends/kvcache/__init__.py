@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .allocator import SlotAllocator
 from .cache import KVCache
-from .config import DEFAULT_HINT_TTL_S, CacheConfig
+from .config import DEFAULT_HINT_TTL_S, CacheConfig, namespace_cap
 from .errors import CacheError, IntegrityError, LockError, SlotError, UnknownTaskError
 from .hints import INF, AgentRef, HintError, HintTable
 from .policy import (
@@ -26,7 +26,7 @@ from .segment import Segmenter, common_prefix_len
 from .stats import CacheStats
 
 __all__ = [
-    "KVCache", "CacheConfig", "DEFAULT_HINT_TTL_S",
+    "KVCache", "CacheConfig", "DEFAULT_HINT_TTL_S", "namespace_cap",
     "MatchResult", "InsertResult", "Demotion", "EvictResult", "LoadTask", "OffloadTask",
     "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION",
     "HintTable", "AgentRef", "HintError", "INF",

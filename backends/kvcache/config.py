@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CacheConfig", "DEFAULT_HINT_TTL_S"]
+__all__ = ["CacheConfig", "DEFAULT_HINT_TTL_S", "namespace_cap"]
 
 DEFAULT_HINT_TTL_S = 600.0
+
+
+def namespace_cap(namespace_cap_tokens: int | None, device_tokens: int) -> int:
+    """Most fixed-prefix tokens one namespace may protect: the configured cap, else half the
+    device pool (the one rule for the brain and the SGLang plugin)."""
+    if namespace_cap_tokens is None:
+        return device_tokens // 2
+    return namespace_cap_tokens
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,5 @@ class CacheConfig:
 
     @property
     def effective_namespace_cap(self) -> int:
-        """Protected-token cap per namespace (default: half the device pool)."""
-        if self.namespace_cap_tokens is None:
-            return self.device_tokens // 2
-        return self.namespace_cap_tokens
+        """Protected-token cap per namespace (see :func:`namespace_cap`)."""
+        return namespace_cap(self.namespace_cap_tokens, self.device_tokens)

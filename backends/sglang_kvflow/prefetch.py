@@ -5,10 +5,10 @@ Runs AFTER ``Scheduler._process_hicache_events`` (acks of finished loads were ju
 TP rank alike, before admission). Each step:
 
 1. retire prefetches whose anchor left ``cache.ongoing_load_back`` (the copy is acknowledged);
-2. for agents with steps <= lookahead, most urgent first, whose fixed prefix is (partly) host-only:
+2. for agents with steps <= prefetch_lookahead, most urgent first, whose fixed prefix is (partly) host-only:
    ``load_back(anchor, mem_quota)`` then one ``ready_to_load_host_cache()`` to start the copies.
 
-Bounds: at most ``max_inflight`` prefetches; a load-back slot is used only while
+Bounds: at most ``max_inflight_loads`` prefetches; a load-back slot is used only while
 ``reserved_load_slots`` stay free for demand loads; ``mem_quota`` = free device tokens plus the
 unlocked device tokens whose eviction key is below the agent's (eviction never removes something
 more urgent to make room for a prefetch).
@@ -95,12 +95,12 @@ def prefetch_step(cache: Any, state: KVFlowState | None = None) -> int:
 
     state = state or get_state()
     retire_finished(cache, state)
-    if not state.config.prefetch or state.config.max_inflight == 0:
+    if not state.config.prefetch or state.config.max_inflight_loads == 0:
         return 0
     started = 0
     core = cache.tree_core
     for steps, ref in state.agents_due():
-        if len(state.inflight) >= state.config.max_inflight or not _slot_free(cache, state):
+        if len(state.inflight) >= state.config.max_inflight_loads or not _slot_free(cache, state):
             break
         prefix = state.prefixes.get(ref)
         if prefix is None:

@@ -81,7 +81,7 @@ def info_payload(server_args: Any) -> dict[str, Any]:
         "sglang_version": sglang.__version__,
         "policy": policy,
         "prefetch": bool(config and config.prefetch and hicache),
-        "lookahead": config.lookahead if config else None,
+        "prefetch_lookahead": config.prefetch_lookahead if config else None,
         "tiers": ["device", "host"] if hicache else ["device"],
         "hicache_write_policy": getattr(server_args, "hicache_write_policy", None) if hicache else None,
         "capacities": {

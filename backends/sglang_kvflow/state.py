@@ -12,7 +12,7 @@ from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
 
-from backends.kvcache.config import DEFAULT_HINT_TTL_S
+from backends.kvcache.config import DEFAULT_HINT_TTL_S, namespace_cap
 from backends.kvcache.hints import AgentRef, HintTable
 from backends.kvcache.segment import Segmenter
 
@@ -33,10 +33,12 @@ COUNTERS = (
 @dataclass(frozen=True)
 class PluginConfig:
     """Plugin knobs; they arrive as ``--radix-eviction-policy-config`` JSON, so every scheduler
-    process (and every TP rank) builds the same configuration from the server arguments.
+    process (and every TP rank) builds the same configuration from the server arguments. Knobs the
+    brain also has carry :class:`~backends.kvcache.CacheConfig`'s names and meaning.
 
-    * ``prefetch``: load fixed prefixes of agents within ``lookahead`` steps ahead of their calls.
-    * ``max_inflight``: prefetch loads in flight at once.
+    * ``prefetch``: load fixed prefixes of agents within ``prefetch_lookahead`` steps ahead of
+      their calls.
+    * ``max_inflight_loads``: prefetch loads in flight at once.
     * ``reserved_load_slots``: load slots (SGLang has 3 layer-done counters) left for demand loads.
     * ``hint_ttl_s``: a workflow not updated for this long is forgotten (LRU order for its agents).
     * ``namespace_cap_tokens``: most fixed-prefix tokens one namespace may protect (None: half the
@@ -44,15 +46,17 @@ class PluginConfig:
     """
 
     prefetch: bool = True
-    lookahead: int = 1
-    max_inflight: int = 2
+    prefetch_lookahead: int = 1
+    # The brain defaults to 4; SGLang tracks load-backs with 3 layer-done counters and
+    # reserved_load_slots keeps one for demand loads, so at most 2 prefetches can be in flight.
+    max_inflight_loads: int = 2
     reserved_load_slots: int = 1
     hint_ttl_s: float = DEFAULT_HINT_TTL_S
     namespace_cap_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.lookahead < 0 or self.max_inflight < 0 or self.reserved_load_slots < 0:
-            raise ValueError("lookahead, max_inflight and reserved_load_slots must be >= 0")
+        if self.prefetch_lookahead < 0 or self.max_inflight_loads < 0 or self.reserved_load_slots < 0:
+            raise ValueError("prefetch_lookahead, max_inflight_loads and reserved_load_slots must be >= 0")
         if self.namespace_cap_tokens is not None and self.namespace_cap_tokens < 0:
             raise ValueError(f"namespace_cap_tokens must be >= 0, got {self.namespace_cap_tokens}")
         if not self.hint_ttl_s > 0:
@@ -102,10 +106,10 @@ class KVFlowState:
         self.counters: Counter[str] = Counter({name: 0 for name in COUNTERS})
 
     def use_device_pool(self, device_tokens: int) -> None:
-        """The scheduler's device pool size is known: apply the default namespace cap (half of it,
-        the rule backends/kvcache's CacheConfig applies) unless the options set one."""
+        """The scheduler's device pool size is known: apply the brain's default namespace cap
+        (:func:`~backends.kvcache.config.namespace_cap`) unless the options set one."""
         if self.config.namespace_cap_tokens is None:
-            self.hints.set_cap(device_tokens // 2)
+            self.hints.set_cap(namespace_cap(None, device_tokens))
 
     def remember_prefix(self, ref: AgentRef, prefix: PrefixKey) -> None:
         """Where ``ref``'s fixed prefix lives (for prefetch); bounded in agents like the hint table
@@ -135,7 +139,7 @@ class KVFlowState:
         """Agents with a tagged fixed prefix within the prefetch lookahead, most urgent first
         (the hint table's own candidate list: O(agents with a prefix), not O(agents named))."""
         self.hints.expire()
-        return self.hints.due(self.config.lookahead)
+        return self.hints.due(self.config.prefetch_lookahead)
 
 
 _STATE = KVFlowState()

@@ -173,7 +173,7 @@ def server(make_rig, state):
     from backends.sglang_kvflow.routes import install_routes
     from backends.sglang_kvflow.state import get_state
 
-    rig = make_rig(size=48, policy="kvflow", hicache=True, policy_config={"lookahead": 2})
+    rig = make_rig(size=48, policy="kvflow", hicache=True, policy_config={"prefetch_lookahead": 2})
     scheduler = object.__new__(Scheduler)
     scheduler.flush_wrapper = scheduler.weight_updater = _Absent()
     scheduler.tree_cache, scheduler.token_to_kv_pool_allocator = rig.cache, rig.allocator
@@ -185,7 +185,7 @@ def server(make_rig, state):
     manager._dispatch_to_scheduler = link.send
     manager._async_dispatch_to_scheduler = link.async_send
     manager.server_args = ServerArgs(model_path="dummy", radix_eviction_policy="kvflow",
-                                     radix_eviction_policy_config='{"lookahead": 2}',
+                                     radix_eviction_policy_config='{"prefetch_lookahead": 2}',
                                      hicache_write_policy="write_through", max_total_tokens=48)
     manager.server_args.enable_hierarchical_cache = True
     with get_parallel().override(num_dp_ranks=1):
@@ -242,7 +242,7 @@ def test_steps_route_rejects_malformed_json(server):
 def test_info_and_stats_routes_answer(server):
     client, link, state = server
     info = client.get("/kvflow/v1/info").json()
-    assert info["backend"] == "sglang" and info["policy"] == "kvflow" and info["lookahead"] == 2
+    assert info["backend"] == "sglang" and info["policy"] == "kvflow" and info["prefetch_lookahead"] == 2
     assert info["tiers"] == ["device", "host"] and info["prefetch"] is True
     assert info["capacities"]["max_total_tokens"] == 48
 
@@ -252,7 +252,7 @@ def test_info_and_stats_routes_answer(server):
     assert stats["counters"]["steps_updates"] == 1 and stats["workflows"] == 1
     assert stats["device"]["capacity_tokens"] == 48 and stats["device"]["free_tokens"] == 48
     assert stats["host"]["capacity_tokens"] > 0
-    assert stats["config"]["lookahead"] == 2
+    assert stats["config"]["prefetch_lookahead"] == 2
 
 
 def test_namespace_cap_defaults_to_half_the_device_pool(server):

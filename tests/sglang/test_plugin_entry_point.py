@@ -36,7 +36,7 @@ def test_load_plugins_in_a_fresh_process_registers_everything():
         from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
         from sglang.srt.managers.tokenizer_manager import TokenizerManager
         from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
-        print("STRATEGY", type(get_eviction_strategy("kvflow", {"lookahead": 2})).__name__)
+        print("STRATEGY", type(get_eviction_strategy("kvflow", {"prefetch_lookahead": 2})).__name__)
         print("CHOICE", "kvflow" in RADIX_EVICTION_POLICY_CHOICES)
         print("CORE", os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"])
         print("HOOKED", all(hasattr(f, "__wrapped__") for f in (

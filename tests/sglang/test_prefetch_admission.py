@@ -123,7 +123,7 @@ def test_prefetch_respects_slots_inflight_cap_and_quota(make_rig, state):
         rig.run_req(req)
     rig.cache.evict(EvictParams(num_tokens=40))
 
-    # max_inflight=2 (default): C (steps 0) and then one of A/B, not all three.
+    # max_inflight_loads=2 (default): C (steps 0) and then one of A/B, not all three.
     assert prefetch_step(rig.cache) == 2
     loading = {ref[1] for ref, *_ in state.inflight.values()}
     assert "C" in loading and len(loading & {"A", "B"}) == 1

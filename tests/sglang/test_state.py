@@ -11,11 +11,11 @@ from backends.sglang_kvflow.state import KVFlowState, PluginConfig, PrefixKey
 
 
 def test_config_from_policy_options_rejects_unknown_and_bad_values():
-    assert PluginConfig.from_options({"lookahead": 2, "prefetch": False}) == PluginConfig(lookahead=2, prefetch=False)
+    assert PluginConfig.from_options({"prefetch_lookahead": 2, "prefetch": False}) == PluginConfig(prefetch_lookahead=2, prefetch=False)
     with pytest.raises(ValueError, match="lookahed"):
         PluginConfig.from_options({"lookahed": 2})
     with pytest.raises(ValueError, match=">= 0"):
-        PluginConfig(max_inflight=-1)
+        PluginConfig(max_inflight_loads=-1)
 
 
 def test_prefix_table_is_bounded_and_keeps_the_recent_agents():
@@ -49,11 +49,11 @@ def test_snapshot_reveals_no_prompts_or_workflow_ids():
 def test_stats_of_several_dp_ranks_add_up_and_keep_one_config():
     from backends.sglang_kvflow.stats import merge_stats
 
-    rank = KVFlowState(PluginConfig(lookahead=2))
+    rank = KVFlowState(PluginConfig(prefetch_lookahead=2))
     rank.counters["prefetch_issued"] = 3
     replies = [dict(rank.snapshot(), device={"free_tokens": None, "capacity_tokens": 100}),
                dict(rank.snapshot(), device={"free_tokens": 40, "capacity_tokens": 100})]
     merged = merge_stats(replies)
     assert merged["ranks"] == 2 and merged["counters"]["prefetch_issued"] == 6
     assert merged["device"] == {"free_tokens": 40, "capacity_tokens": 200}
-    assert merged["config"] == rank.snapshot()["config"] and merged["config"]["lookahead"] == 2
+    assert merged["config"] == rank.snapshot()["config"] and merged["config"]["prefetch_lookahead"] == 2
