@@ -1,4 +1,4 @@
-"""Monotonic counters of the cache brain (issue 3): they only ever grow."""
+"""Monotonic counters of the cache brain: they only ever grow."""
 
 from __future__ import annotations
 
