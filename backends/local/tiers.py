@@ -11,7 +11,7 @@ from typing import Callable
 
 from backends.kvcache import EvictResult, KVCache, LoadTask, OffloadTask
 from backends.local.pools import KVPool, copy_slots
-from backends.local.prefetch import PrefetchWorker
+from backends.local.prefetch_worker import PrefetchWorker
 
 __all__ = ["TierMover"]
 

@@ -57,7 +57,7 @@ def register() -> None:
     from .admission import wrap_adder_class
     from .hints_bridge import install_scheduler_handlers, install_stats_communicator, register_message_types
     from .hints_bridge import mark_chat_boundary, validate_generate_request
-    from .prefetch import after_hicache_events
+    from .hicache_prefetch import after_hicache_events
     from .strategy import KVFlowStrategy
     from .tags import on_request_queued, split_keeps_tags, tag_after_checkpoint
 

@@ -1,14 +1,14 @@
 """Status-aware admission: a prefill adder that skips (``CONTINUE``) requests whose matched path
 touches an unacknowledged prefetch, so ready requests behind them run now and the skipped ones stay
 in SGLang's waiting queue. Required for correctness, not only speed: a prefetched node looks
-device-resident before its copy has landed (see :mod:`backends.sglang_kvflow.prefetch`).
+device-resident before its copy has landed (see :mod:`backends.sglang_kvflow.hicache_prefetch`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .prefetch import is_ready
+from .hicache_prefetch import is_ready
 from .state import get_state
 
 __all__ = ["kvflow_adder_class", "wrap_adder_class"]

@@ -9,7 +9,7 @@ embedded engine runs. Entry points: :func:`simulate` (one system on one workload
 from __future__ import annotations
 
 from .cost import CostModel, Work
-from .engine import EngineLimits, ServingSim, SimRequest
+from .serving import EngineLimits, ServingSim, SimRequest
 from .events import EventQueue
 from .profiles import HardwareProfile, ModelProfile, ProfileError, device_kv_tokens, load_hardware, load_model
 from .replay import load_trace

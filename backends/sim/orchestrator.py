@@ -15,7 +15,7 @@ from typing import Callable
 from kvflow_orch.constants import END, START
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate, steps_to_wire
 
-from .engine import ServingSim, SimRequest
+from .serving import ServingSim, SimRequest
 from .workloads import Instance, random_tokens
 
 __all__ = ["WarmingClient", "GraphClient"]

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Mapping
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 from kvflow_orch.trace import CallRecord, read_calls
 
-from .engine import ServingSim, SimRequest
+from .serving import ServingSim, SimRequest
 from .orchestrator import WarmingClient
 from .workloads import Workload, random_tokens
 

@@ -14,7 +14,7 @@ from backends.kvcache import CacheConfig
 from backends.kvcache.policy import BeladyPolicy
 
 from .cost import CostModel
-from .engine import EngineLimits, ServingSim, SimRequest
+from .serving import EngineLimits, ServingSim, SimRequest
 from .orchestrator import GraphClient
 from .profiles import HardwareProfile, ModelProfile, device_kv_tokens
 from .replay import TraceClient, TraceInstance

@@ -58,7 +58,7 @@ def test_prefetch_then_ready_with_the_offloaded_kv(make_rig, state):
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
     from backends.sglang_kvflow.hints_bridge import KVFlowStepsReq, handle_steps
-    from backends.sglang_kvflow.prefetch import is_ready, prefetch_step
+    from backends.sglang_kvflow.hicache_prefetch import is_ready, prefetch_step
     from backends.sglang_kvflow.tags import on_request_queued
 
     rig = make_rig(size=32, policy="kvflow", hicache=True)
@@ -110,7 +110,7 @@ def test_prefetch_then_ready_with_the_offloaded_kv(make_rig, state):
 def test_prefetch_respects_slots_inflight_cap_and_quota(make_rig, state):
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
-    from backends.sglang_kvflow.prefetch import load_quota, prefetch_step
+    from backends.sglang_kvflow.hicache_prefetch import load_quota, prefetch_step
     from backends.sglang_kvflow.tags import on_request_queued
 
     rig = make_rig(size=40, policy="kvflow", hicache=True)
@@ -140,7 +140,7 @@ def test_prefetch_respects_slots_inflight_cap_and_quota(make_rig, state):
 def test_untagged_requests_are_never_blocked(make_rig, state):
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
-    from backends.sglang_kvflow.prefetch import is_ready, prefetch_step
+    from backends.sglang_kvflow.hicache_prefetch import is_ready, prefetch_step
     from backends.sglang_kvflow.tags import on_request_queued
 
     rig = make_rig(size=32, policy="kvflow", hicache=True)

@@ -10,7 +10,7 @@ import pytest
 import backends.kvcache.policy as brain_policy
 from backends.kvcache import CacheConfig, KVCache
 from backends.sim.cost import CostModel
-from backends.sim.engine import EngineLimits, ServingSim, SimRequest
+from backends.sim.serving import EngineLimits, ServingSim, SimRequest
 from backends.sim.profiles import HardwareProfile, ModelProfile, load_hardware, load_model
 from backends.sim.simulate import simulate
 from backends.sim.systems import SYSTEMS, System

@@ -10,7 +10,7 @@ import pytest
 
 from backends.kvcache import CacheConfig
 from backends.sim.cost import CostModel
-from backends.sim.engine import ServingSim
+from backends.sim.serving import ServingSim
 from backends.sim.profiles import load_hardware, load_model
 from backends.sim.replay import TraceClient, load_trace
 from backends.sim.simulate import simulate
