@@ -66,7 +66,7 @@ from .segment import Segmenter
 from .stats import CacheStats
 from .tasks import TaskBook
 
-__all__ = ["KVCache", "merge_evictions"]
+__all__ = ["KVCache"]
 
 EMPTY_PLAN = PrefetchPlan((), NO_EVICTION)
 
@@ -362,7 +362,7 @@ class KVCache:
             if task is not None:
                 tasks.append(task)
                 in_flight += 1
-        return PrefetchPlan(tuple(tasks), merge_evictions([e for e in evictions if e.freed or e.demoted]))
+        return PrefetchPlan(tuple(tasks), _merge_evictions([e for e in evictions if e.freed or e.demoted]))
 
     # ---- integrity ---------------------------------------------------------------------
     def check_integrity(self) -> bool:
@@ -712,7 +712,7 @@ class KVCache:
 
 
 # ---- module helpers (no cache state) -------------------------------------------------------
-def merge_evictions(results: list[EvictResult]) -> EvictResult:
+def _merge_evictions(results: list[EvictResult]) -> EvictResult:
     if not results:
         return NO_EVICTION
     return EvictResult(sum(r.freed for r in results), tuple(d for r in results for d in r.demoted),
