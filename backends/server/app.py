@@ -16,8 +16,8 @@ from backends.base import ServingEngine
 from backends.server.auth import APIKeyAuth
 from backends.server.debug import debug_router
 from backends.server.errors import install_error_handlers
-from backends.server.generate_api import generate_router
-from backends.server.kvflow_api import StepsObserver, kvflow_router
+from backends.server.generate_routes import generate_router
+from backends.server.kvflow_routes import StepsObserver, kvflow_router
 from backends.server.limits import BodySizeLimit, ServerLimits
 from backends.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 from backends.server.openai_routes import openai_router
