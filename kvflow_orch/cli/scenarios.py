@@ -11,6 +11,8 @@ point, the concurrency grid, the MetaGPT and PEER graphs, and a host-link sensit
 
 from __future__ import annotations
 
+from typing import Any
+
 from backends.sim.profiles import load_hardware, load_model
 from backends.sim.sweep import Scenario, with_link
 from backends.sim.workloads import Workload, from_graph
@@ -31,21 +33,11 @@ def synthetic_graph(n_agents: int = 10, branches: int = 1) -> AgentStepGraph:
     return synthetic_workflow(n_agents=n_agents, fixed=0, dynamic=0, output=1, rounds=1, branches=branches).compile()
 
 
-def synthetic(
-    *,
-    fixed: int = 4096,
-    dynamic: int = 32,
-    output: int = 32,
-    branches: int = 1,
-    n_agents: int = 10,
-    rounds: int = 10,
-    instances: int = 1,
-    seed: int = 0,
-) -> Workload:
-    """The paper's single-workflow benchmark (``instances=1``) or its concurrent variant: several
-    independent, non-sharing copies, each its own namespace (client id)."""
-    return synthetic_workload(synthetic_graph(n_agents, branches), stage_agents(n_agents, branches), fixed=fixed,
-                              dynamic=dynamic, output=output, rounds=rounds, instances=instances, seed=seed)
+def synthetic(*, n_agents: int = 10, branches: int = 1, **options: Any) -> Workload:
+    """The paper's single-workflow benchmark (``instances=1``) or its concurrent variant on
+    :func:`synthetic_graph`; ``options`` (``fixed``, ``dynamic``, ``output``, ``rounds``,
+    ``instances``, ``seed``) go to :func:`backends.sim.workloads.synthetic`."""
+    return synthetic_workload(synthetic_graph(n_agents, branches), stage_agents(n_agents, branches), **options)
 
 
 def concurrent(*, instances: int, fixed: int = 1024, dynamic: int = 256, output: int = 256,
@@ -55,7 +47,7 @@ def concurrent(*, instances: int, fixed: int = 1024, dynamic: int = 256, output:
                      instances=instances, seed=seed)
 
 
-def graph_workload(name: str, graph: AgentStepGraph | None = None, **options) -> Workload:
+def graph_workload(name: str, graph: AgentStepGraph | None = None, **options: Any) -> Workload:
     """``workflows.<name>`` (one of :data:`GRAPH_WORKLOADS`) with its default arguments, or
     ``graph``, as a workload; ``options`` go to :func:`backends.sim.workloads.from_graph`."""
     if graph is None:
