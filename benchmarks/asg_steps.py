@@ -3,7 +3,7 @@
 Workflows of 10, 100, 1,000 and 10,000 nodes repeat a five-node motif with an AND-join inside a
 cycle: ``split -> {a, b, c}``, ``[a, b, c] -> merge``, ``merge -> {split (retry), next split,
 a random earlier split}``. A random valid execution (seeded) starts triggered nodes and finishes
-running ones; each finish with its following ``steps()`` is timed. Targets (issue 2): under 1 ms
+running ones; each finish with its following ``steps()`` is timed. Targets: under 1 ms
 at 100 nodes and under 10 ms at 1,000, judged on the p99.
 
     python benchmarks/asg_steps.py [--updates 2000] [--seed 0]

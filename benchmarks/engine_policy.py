@@ -1,4 +1,4 @@
-"""Eviction policy and prefetch on the real embedded engine (issue 4, benchmark 2).
+"""Eviction policy and prefetch on the real embedded engine.
 
 The paper's synthetic sequential workflow: ``--agents`` agents in a ring, each with its own fixed
 prompt (``--fixed`` tokens) plus a fresh dynamic part (``--dynamic``) and ``--output`` generated

@@ -1,4 +1,4 @@
-"""Prefix reuse on the embedded engine (issue 4, benchmark 1): time to first token of a SmolLM2
+"""Prefix reuse on the embedded engine: time to first token of a SmolLM2
 request with a 1,024-token fixed prompt, cached vs recomputed, side by side in one run.
 
 Each repetition sends a prompt whose fixed part is new (a miss: all 1,024 + dynamic tokens are

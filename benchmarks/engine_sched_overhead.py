@@ -1,4 +1,4 @@
-"""Scheduler overhead of the embedded engine (issue 4, benchmark 3): the share of step time spent
+"""Scheduler overhead of the embedded engine: the share of step time spent
 outside the model forward while ``--batch`` requests decode together. Target: <= 10% at batch 8.
 
 "Outside the forward" is everything a pure decode step does besides ``LlamaModel.forward``: draining

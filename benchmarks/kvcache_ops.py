@@ -1,4 +1,4 @@
-"""Cache-brain benchmarks (issue 3): op cost on a large tree, and policy quality on traces.
+"""Cache-brain benchmarks: op cost on a large tree, and policy quality on traces.
 
 1. **Op cost.** Build a radix tree of ~100k nodes from generated requests (each one a random
    prefix of an earlier request plus 8 fresh tokens, at most 128 tokens), then time 10k mixed ops:

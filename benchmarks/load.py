@@ -1,4 +1,4 @@
-"""Load test of ``kvflow serve`` (issue 8): concurrent workflows + plain OpenAI traffic + a hint flood,
+"""Load test of ``kvflow serve``: concurrent workflows + plain OpenAI traffic + a hint flood,
 then the integrity checks. Loopback only, bounded in count and time.
 
 For each N in ``--levels`` (default 1, 8, 32, 64) N workflows run at once through the runtime's HTTP

@@ -1,4 +1,4 @@
-"""Orchestrator overhead per LLM call on a 100-agent workflow (issue 5 target: < 0.5 ms).
+"""Orchestrator overhead per LLM call on a 100-agent workflow (target: < 0.5 ms).
 
     python benchmarks/orch_overhead.py [--agents 100] [--repeat 2000]
 

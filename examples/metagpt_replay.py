@@ -22,8 +22,8 @@ import argparse
 import asyncio
 
 from backends.local import EngineConfig
-from kvflow_orch.commands._report import print_table
-from kvflow_orch.commands.demo import DEMO_IDEA, STAT_KEYS, run_on_engine
+from kvflow_orch.cli.report import print_table
+from kvflow_orch.cli.demo import DEMO_IDEA, STAT_KEYS, run_on_engine
 from workflows.metagpt import metagpt
 from workflows.peer import peer
 

@@ -1,16 +1,15 @@
-"""``kvflow export-model MODEL DIR``: write a built-in model as a Hugging Face directory
-(config.json, model.safetensors, tokenizer.json, tokenizer_config.json with the chat template), so
-SGLang (or transformers) can serve exactly the weights the embedded engine runs."""
+"""Write a built-in model as a Hugging Face directory (config.json, model.safetensors,
+tokenizer.json, tokenizer_config.json with the chat template), so SGLang (or transformers) can serve
+exactly the weights the embedded engine runs. ``kvflow export-model`` is the command line for it."""
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
-__all__ = ["add_arguments", "main", "export_model"]
+__all__ = ["export_model", "EXPORT_DTYPES"]
 
-_EXPORT_DTYPES = ("float32", "bfloat16", "float16")
+EXPORT_DTYPES = ("float32", "bfloat16", "float16")
+"""The ``dtype`` values :func:`export_model` accepts."""
 
 
 def export_model(source: str, target: str | Path, *, dtype: str = "float32", force: bool = False) -> Path:
@@ -31,20 +30,3 @@ def export_model(source: str, target: str | Path, *, dtype: str = "float32", for
     bos = "<|im_start|>" if tok.token_id("<|im_start|>") is not None else None
     with torch.no_grad():
         return write_hf_dir(out, cfg, state, tok, eos_token=eos, bos_token=bos, dtype=DTYPES[dtype])
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="smollm2-135m, tiny-random, or a Hugging Face directory")
-    parser.add_argument("dir", help="output directory (created; must be empty unless --force)")
-    parser.add_argument("--dtype", choices=_EXPORT_DTYPES, default="float32", help="weight dtype (default float32)")
-    parser.add_argument("--force", action="store_true", help="write into a non-empty directory")
-
-
-def main(args: argparse.Namespace) -> int:
-    try:
-        out = export_model(args.model, args.dir, dtype=args.dtype, force=args.force)
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:
-        print(f"kvflow export-model: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {args.model} to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
-    return 0

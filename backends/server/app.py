@@ -16,10 +16,10 @@ from backends.base import ServingEngine
 from backends.server.auth import APIKeyAuth
 from backends.server.debug import debug_router
 from backends.server.errors import install_error_handlers
-from backends.server.generate_api import generate_router
-from backends.server.kvflow_api import StepsObserver, kvflow_router
+from backends.server.generate_routes import generate_router
+from backends.server.kvflow_routes import StepsObserver, kvflow_router
 from backends.server.limits import BodySizeLimit, ServerLimits
-from backends.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics, render_metrics
+from backends.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 from backends.server.openai_routes import openai_router
 from backends.server.serving import RequestObserver, ServerContext
 
@@ -70,11 +70,11 @@ def create_app(
         routers.append(debug_router(ctx))
     for router in routers:
         app.include_router(router)
-    metrics = ServerMetrics(["/metrics", *(route.path for router in routers for route in router.routes)])
+    metrics = ServerMetrics(["/metrics", *(route.path for router in routers for route in router.routes)], engine.stats)
 
     @app.get("/metrics")
     async def metrics_route() -> Response:
-        return Response(render_metrics(metrics, engine.stats()), media_type=CONTENT_TYPE)
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     # add_middleware wraps: the last added runs first.
     app.add_middleware(BodySizeLimit, limits=ctx.limits)

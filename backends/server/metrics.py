@@ -1,40 +1,49 @@
-"""``/metrics`` in the Prometheus text format (0.0.4), written by hand: per-route request counts and
-latencies recorded by :class:`MetricsMiddleware`, plus every numeric value of ``engine.stats()``.
+"""``/metrics`` in the Prometheus text format (0.0.4, written by ``prometheus_client``): per-route
+request counts and latencies recorded by :class:`MetricsMiddleware`, plus every numeric value of
+``engine.stats()``.
 
-Engine stats become ``kvflow_engine_<key>`` (nested keys joined by ``_``) typed as gauges: the
-brain's counters only ever grow, but occupancy does not, and a gauge is correct for both.
-Paths outside the app's routes are counted under ``path="other"`` so a scanner cannot blow up
-the number of series.
+Each app has its own ``CollectorRegistry`` (:attr:`ServerMetrics.registry`), so two servers in one
+process never share series. Engine stats become ``kvflow_engine_<key>`` (nested keys joined by
+``_``) typed as gauges: the brain's counters only ever grow, but occupancy does not, and a gauge is
+correct for both. Paths outside the app's routes are counted under ``path="other"`` so a scanner
+cannot blow up the number of series.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 import time
 from collections import defaultdict
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["ServerMetrics", "MetricsMiddleware", "render_metrics", "CONTENT_TYPE"]
+__all__ = ["ServerMetrics", "MetricsMiddleware", "CONTENT_TYPE"]
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_]")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 class ServerMetrics:
-    """Thread-safe request counters; ``known_paths`` bounds the ``path`` label."""
+    """Thread-safe request counters; ``known_paths`` bounds the ``path`` label. A collector of its
+    own per-app :attr:`registry`, which also reports ``engine_stats()``; :meth:`render` is the
+    ``/metrics`` body."""
 
-    def __init__(self, known_paths: Iterable[str] = ()) -> None:
+    def __init__(self, known_paths: Iterable[str] = (),
+                 engine_stats: Callable[[], Mapping[str, Any]] = dict) -> None:
         self.known_paths = frozenset(known_paths)
+        self.engine_stats = engine_stats
         self._lock = threading.Lock()
         self._count: dict[tuple[str, str, int], int] = defaultdict(int)
         self._seconds: dict[tuple[str, str], float] = defaultdict(float)
         self._observed: dict[tuple[str, str], int] = defaultdict(int)
         self.in_flight = 0
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
 
     def label(self, path: str) -> str:
         return path if path in self.known_paths else "other"
@@ -52,10 +61,29 @@ class ServerMetrics:
             self._seconds[(method, path)] += seconds
             self._observed[(method, path)] += 1
 
-    def snapshot(self) -> tuple[dict[tuple[str, str, int], int], dict[tuple[str, str], tuple[float, int]], int]:
+    def collect(self) -> Iterator[Metric]:
         with self._lock:
-            durations = {key: (self._seconds[key], self._observed[key]) for key in self._seconds}
-            return dict(self._count), durations, self.in_flight
+            counts = sorted(self._count.items())
+            durations = sorted((key, seconds, self._observed[key]) for key, seconds in self._seconds.items())
+            in_flight = self.in_flight
+        requests = CounterMetricFamily("kvflow_http_requests", "HTTP requests answered, by method, path and status.",
+                                       labels=("method", "path", "status"))
+        for (method, path, status), n in counts:
+            requests.add_metric((method, path, str(status)), n)
+        yield requests
+        duration = SummaryMetricFamily("kvflow_http_request_duration_seconds",
+                                       "Time from request to the end of its response.", labels=("method", "path"))
+        for labels, seconds, n in durations:
+            duration.add_metric(labels, count_value=n, sum_value=seconds)
+        yield duration
+        yield GaugeMetricFamily("kvflow_http_requests_in_flight", "Requests being served now.", value=in_flight)
+        flat: dict[str, float] = {}
+        _flatten("kvflow_engine", self.engine_stats(), flat)
+        for name, value in sorted(flat.items()):
+            yield GaugeMetricFamily(name, "engine.stats() value.", value=value)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
 
 
 class MetricsMiddleware:
@@ -86,50 +114,9 @@ class MetricsMiddleware:
             self.metrics.end(scope["method"], scope["path"], status, time.perf_counter() - started)
 
 
-def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
     if isinstance(value, (int, float)):  # bool included: a flag becomes 0/1
         out[prefix] = float(value)
     elif isinstance(value, Mapping):
         for key, inner in value.items():
             _flatten(f"{prefix}_{_NAME_BAD.sub('_', str(key))}", inner, out)
-
-
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return str(int(value)) if value.is_integer() else repr(value)
-
-
-def render_metrics(metrics: ServerMetrics, engine_stats: Mapping[str, Any]) -> str:
-    counts, durations, in_flight = metrics.snapshot()
-    lines = [
-        "# HELP kvflow_http_requests_total HTTP requests answered, by method, path and status.",
-        "# TYPE kvflow_http_requests_total counter",
-    ]
-    for (method, path, status), n in sorted(counts.items()):
-        lines.append(f'kvflow_http_requests_total{{method="{_esc(method)}",path="{_esc(path)}",status="{status}"}} {n}')
-    lines += [
-        "# HELP kvflow_http_request_duration_seconds Time from request to the end of its response.",
-        "# TYPE kvflow_http_request_duration_seconds summary",
-    ]
-    for (method, path), (seconds, n) in sorted(durations.items()):
-        labels = f'method="{_esc(method)}",path="{_esc(path)}"'
-        lines.append(f"kvflow_http_request_duration_seconds_sum{{{labels}}} {seconds:.6f}")
-        lines.append(f"kvflow_http_request_duration_seconds_count{{{labels}}} {n}")
-    lines += [
-        "# HELP kvflow_http_requests_in_flight Requests being served now.",
-        "# TYPE kvflow_http_requests_in_flight gauge",
-        f"kvflow_http_requests_in_flight {in_flight}",
-    ]
-    flat: dict[str, float] = {}
-    _flatten("kvflow_engine", engine_stats, flat)
-    for name, value in sorted(flat.items()):
-        lines.append(f"# TYPE {name} gauge")
-        lines.append(f"{name} {_number(value)}")
-    return "\n".join(lines) + "\n"

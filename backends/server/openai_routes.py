@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from backends.base import EncodedPrompt, GenerateRequest, StreamEvent
-from backends.server import openai_api as api
+from backends.server import openai_models as api
 from backends.server.errors import APIError
 from backends.server.serving import (ServerContext, checked_encoding, complete, open_stream, parse_body, read_hint,
                                      sse_response)

@@ -3,7 +3,8 @@
 Time comes from a roofline model of a hardware profile (:mod:`.cost`); every cache decision
 (matching, eviction, prefetch, readiness) comes from :mod:`backends.kvcache`, the same code the
 embedded engine runs. Entry points: :func:`simulate` (one system on one workload),
-:func:`run_scenario` (every system), the ``kvflow bench`` command (:mod:`.cli`).
+:func:`run_scenario` (every system). The simulator builds no workflows: graph workloads take compiled
+Agent Step Graphs from the caller (the ``kvflow bench`` command builds them).
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from .events import EventQueue
 from .profiles import HardwareProfile, ModelProfile, ProfileError, device_kv_tokens, load_hardware, load_model
 from .replay import load_trace
 from .simulate import SimResult, simulate
-from .sweep import Scenario, ScenarioResult, run_scenario, standard_scenarios
+from .sweep import Scenario, ScenarioResult, run_scenario, with_link
 from .systems import SYSTEM_NAMES, SYSTEMS, System, get_system
-from .workloads import Workload, concurrent, from_workflow, synthetic
+from .workloads import Workload, from_graph, synthetic
 
 __all__ = [
     "CostModel", "Work", "EventQueue", "EngineLimits", "ServingSim", "SimRequest",
     "HardwareProfile", "ModelProfile", "ProfileError", "device_kv_tokens", "load_hardware", "load_model",
     "System", "SYSTEMS", "SYSTEM_NAMES", "get_system",
-    "Workload", "synthetic", "concurrent", "from_workflow", "load_trace",
-    "SimResult", "simulate", "Scenario", "ScenarioResult", "run_scenario", "standard_scenarios",
+    "Workload", "synthetic", "from_graph", "load_trace",
+    "SimResult", "simulate", "Scenario", "ScenarioResult", "run_scenario", "with_link",
 ]

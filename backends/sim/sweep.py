@@ -1,8 +1,7 @@
 """Scenarios (workload x hardware x model) and running every system on each of them.
 
-The standard sweep (:func:`standard_scenarios`) is what ``kvflow bench sim --standard`` runs and
-what ``benchmarks/results/`` holds: the paper's single-workflow grid on H100/Qwen2.5-32B, its A10G
-point, the concurrency grid, the MetaGPT and PEER graphs, and a host-link sensitivity line.
+The scenarios themselves are built by the caller, which compiles their workflows (the standard sweep
+lives with the ``kvflow bench`` command).
 """
 
 from __future__ import annotations
@@ -11,12 +10,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-from .profiles import HardwareProfile, ModelProfile, load_hardware, load_model
+from .profiles import HardwareProfile, ModelProfile
 from .simulate import SimResult, simulate
 from .systems import SYSTEM_NAMES, get_system
-from .workloads import Workload, concurrent, from_workflow, synthetic
+from .workloads import Workload
 
-__all__ = ["Scenario", "ScenarioResult", "run_scenario", "run_scenarios", "standard_scenarios"]
+__all__ = ["Scenario", "ScenarioResult", "run_scenario", "run_scenarios", "with_link"]
 
 
 @dataclass(frozen=True)
@@ -73,36 +72,7 @@ def run_scenarios(scenarios: Iterable[Scenario], systems: Sequence[str] = SYSTEM
     return out
 
 
-def _link(hw: HardwareProfile, gbps: float) -> HardwareProfile:
-    """``hw`` with an effective host link of ``gbps`` GB/s per direction."""
+def with_link(hw: HardwareProfile, gbps: float) -> HardwareProfile:
+    """``hw`` with an effective host link of ``gbps`` GB/s per direction, named ``<hw>@<gbps>GB/s``
+    (reports label such scenarios by their link speed)."""
     return replace(hw, name=f"{hw.name}@{gbps:g}GB/s", link_efficiency=gbps * 1e9 / hw.link_bandwidth)
-
-
-def standard_scenarios(seed: int = 0) -> list[Scenario]:
-    h100, a10g = load_hardware("h100-sxm"), load_hardware("a10g")
-    qwen, llama = load_model("qwen2.5-32b"), load_model("llama-3.1-8b")
-    out: list[Scenario] = []
-    for branches in (1, 2):
-        for output in (32, 256):
-            for fixed in (1024, 2048, 4096, 8192):
-                w = synthetic(fixed=fixed, dynamic=32, output=output, branches=branches, seed=seed)
-                out.append(Scenario(f"single-b{branches}", h100, qwen, w))
-    for gbps in (None, 2):  # the profile's link, and the "2GB/s" the paper's v1 states for its A10G
-        hw = a10g if gbps is None else _link(a10g, gbps)
-        for fixed in (4096, 8192):
-            out.append(Scenario("single-a10g", hw, llama, synthetic(fixed=fixed, output=32, seed=seed)))
-    for model, counts in ((llama, (4, 16, 64)), (qwen, (4, 16))):
-        for fixed in (512, 1024):
-            for n in counts:
-                out.append(Scenario(f"concurrent-{model.name}", h100, model,
-                                    concurrent(instances=n, fixed=fixed, seed=seed)))
-    from workflows.metagpt import metagpt
-    from workflows.peer import peer
-
-    for n in (1, 8, 16):
-        for wf, name in ((metagpt(fix_rounds=2), "metagpt"), (peer(rounds=3), "peer")):
-            out.append(Scenario("graphs", a10g, llama, from_workflow(
-                wf, name=name, dynamic=256, output=128, loop_limit=3, instances=n, tenant_header=1024, seed=seed)))
-    for gbps in (2, 4, 8, 16, 32, 64):
-        out.append(Scenario("link", _link(h100, gbps), qwen, synthetic(fixed=4096, output=32, seed=seed)))
-    return out

@@ -1,10 +1,10 @@
 """Workloads: which workflows run, with which token content, in how many concurrent instances.
 
 A :class:`Workload` is pure data, built deterministically from a seed, so every simulated system
-sees exactly the same requests. Graph workloads carry an Agent Step Graph compiled from the kvflow
-DSL; the simulator's orchestrator drives its :class:`~kvflow_orch.tracker.StepTracker` just as the
-runtime does, so the steps in every hint are the ones the real orchestrator would send. Replay
-workloads (:mod:`.replay`) carry recorded calls instead of a graph.
+sees exactly the same requests. Graph workloads carry a compiled Agent Step Graph handed in by the
+caller (the simulator builds no workflows); the simulator's orchestrator drives its step tracker
+just as the runtime does, so the steps in every hint are the ones the real orchestrator would send.
+Replay workloads (:mod:`.replay`) carry recorded calls instead of a graph.
 
 Token content is synthetic (as in the paper): each agent identity owns a fixed prefix of random
 token ids; each call appends a fresh random dynamic suffix. Branch candidates of one stage share
@@ -16,10 +16,10 @@ from __future__ import annotations
 import random
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from kvflow_orch.asg import AgentStepGraph
-from kvflow_orch.builder import Workflow
+if TYPE_CHECKING:
+    from kvflow_orch.asg import AgentStepGraph
 
 __all__ = [
     "VOCAB",
@@ -28,10 +28,8 @@ __all__ = [
     "Workload",
     "random_tokens",
     "text_tokens",
-    "synthetic_workflow",
     "synthetic",
-    "concurrent",
-    "from_workflow",
+    "from_graph",
 ]
 
 VOCAB = 32_000
@@ -41,13 +39,16 @@ VOCAB = 32_000
 class WorkflowSpec:
     """A compiled workflow and the token content of its agents.
 
+    ``asg`` is duck-typed: the simulator calls only ``tracker()``, ``agents``, ``agent_of``,
+    ``branches_of``, ``system_prompt`` and ``name``, as a compiled ``AgentStepGraph`` offers them.
+
     ``fixed`` maps every agent identity to its fixed-prefix token ids. ``loop_limit`` bounds loops:
     each time a node finishes whose conditional edges offer END, the orchestrator counts one pass;
     it takes END on pass ``loop_limit`` and otherwise picks uniformly among the other targets
     (so the synthetic workflow's loop back to its first stage runs ``rounds`` times).
     """
 
-    asg: AgentStepGraph
+    asg: "AgentStepGraph"
     fixed: Mapping[str, tuple[int, ...]]
     dynamic_tokens: int
     output_tokens: int
@@ -115,61 +116,47 @@ def text_tokens(text: str, chars_per_token: int = 4) -> tuple[int, ...]:
     )
 
 
-def synthetic_workflow(n_agents: int = 10, branches: int = 1) -> AgentStepGraph:
-    """The paper's sequential workflow, as the bundled ``workflows.synthetic`` builds it: ``n_agents``
-    stages, each one of ``branches`` candidate agents, looping from the last stage back to the first
-    (or to END). Only its graph is used here; token content comes from :func:`synthetic`."""
-    from workflows.synthetic import synthetic as build
-
-    return build(n_agents=n_agents, fixed=0, dynamic=0, output=1, rounds=1, branches=branches).compile()
-
-
-def _synthetic_prompts(n_agents: int, fixed: int, branches: int, rng: random.Random) -> dict[str, tuple[int, ...]]:
-    from workflows.synthetic import stage_agents
-
+def _synthetic_prompts(stages: Sequence[Sequence[str]], fixed: int, rng: random.Random) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
-    for stage in stage_agents(n_agents, branches):
-        shared = random_tokens(rng, fixed // 2) if branches > 1 else ()
+    for stage in stages:
+        shared = random_tokens(rng, fixed // 2) if len(stage) > 1 else ()
         for agent in stage:
             out[agent] = shared + random_tokens(rng, fixed - len(shared))
     return out
 
 
 def synthetic(
+    asg: "AgentStepGraph",
+    stages: Sequence[Sequence[str]],
     *,
     fixed: int = 4096,
     dynamic: int = 32,
     output: int = 32,
-    branches: int = 1,
-    n_agents: int = 10,
     rounds: int = 10,
     instances: int = 1,
     seed: int = 0,
 ) -> Workload:
     """The paper's single-workflow benchmark (``instances=1``) or its concurrent variant: several
-    independent, non-sharing copies, each its own namespace (client id)."""
+    independent, non-sharing copies, each its own namespace (client id).
+
+    ``asg`` is the paper's sequential workflow compiled (``workflows.synthetic``), ``stages`` its
+    agents stage by stage (one list of branch candidates per stage, as ``stage_agents`` gives);
+    candidates of a stage share the first half of their fixed prefix."""
     if fixed < 0:
         raise ValueError(f"synthetic: fixed must be >= 0, got {fixed}")
-    asg = synthetic_workflow(n_agents, branches)
+    n_agents, branches = len(stages), len(stages[0])
     rng = random.Random(seed)
     insts = []
     for k in range(instances):
-        spec = WorkflowSpec(asg, _synthetic_prompts(n_agents, fixed, branches, rng), dynamic, output, loop_limit=rounds)
+        spec = WorkflowSpec(asg, _synthetic_prompts(stages, fixed, rng), dynamic, output, loop_limit=rounds)
         insts.append(Instance(spec, f"synthetic-{k}", f"client-{k}", seed=rng.randrange(2**31)))
     labels = {"fixed": fixed, "dynamic": dynamic, "output": output, "branches": branches,
               "agents": n_agents, "rounds": rounds, "instances": instances}
     return Workload("synthetic" if instances == 1 else "concurrent", tuple(insts), labels)
 
 
-def concurrent(*, instances: int, fixed: int = 1024, dynamic: int = 256, output: int = 256,
-               n_agents: int = 10, rounds: int = 2, seed: int = 0) -> Workload:
-    """The paper's high-concurrency benchmark: ``instances`` independent sequential workflows."""
-    return synthetic(fixed=fixed, dynamic=dynamic, output=output, n_agents=n_agents, rounds=rounds,
-                     instances=instances, seed=seed)
-
-
-def from_workflow(
-    wf: Workflow | AgentStepGraph,
+def from_graph(
+    asg: "AgentStepGraph",
     *,
     name: str,
     dynamic: int = 64,
@@ -179,14 +166,13 @@ def from_workflow(
     tenant_header: int = 0,
     seed: int = 0,
 ) -> Workload:
-    """Any DSL workflow: fixed prefixes come from the agents' real system prompts (:func:`text_tokens`),
+    """Any compiled workflow: fixed prefixes come from the agents' real system prompts (:func:`text_tokens`),
     so agents whose role texts share a preamble share a cached prefix, as they would on a server.
     ``tenant_header > 0`` gives each instance its own random header of that many tokens in front of
     every agent's prompt (per-tenant customised roles): the agents of one instance then share that
     partial prefix, and instances share nothing."""
     if tenant_header < 0:
         raise ValueError(f"{name}: tenant_header must be >= 0, got {tenant_header}")
-    asg = wf if isinstance(wf, AgentStepGraph) else wf.compile()
     roles = {agent: text_tokens(asg.system_prompt(agent)) or (0,) for agent in asg.agents}
     rng = random.Random(seed)
     insts = []

@@ -19,7 +19,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from backends import serve_cli
+from kvflow_orch.cli import serve as serve_cli
 from backends.server import serve_in_thread
 from kvflow_live import Live, live_server, wait_idle
 

@@ -8,7 +8,7 @@ import torch
 
 from backends.local.model.llama import ModelConfig
 from backends.local.pools import KVPool
-from backends.sim.calibrate import fit_line, model_profile_of
+from kvflow_orch.cli.calibrate import fit_line, model_profile_of
 from backends.sim.profiles import load_model
 
 SMOLLM2 = ModelConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,

@@ -1,7 +1,7 @@
 """``kvflow serve``: start a kvflow server on the embedded engine (default) or on SGLang.
 
     kvflow serve --model {smollm2-135m,tiny-random,DIR} --device-tokens N --host-tokens M
-                 --policy {lru,kvflow} [--no-prefetch] [--port P] [--host H] [--api-key K]
+                 --policy POLICY [--no-prefetch] [--port P] [--host H] [--api-key K]
                  [--debug-routes] [--engine {local,sglang}] [SGLANG FLAGS...]
 
 The server binds 127.0.0.1 unless ``--host`` says otherwise. With ``--engine sglang`` every flag this
@@ -16,6 +16,8 @@ import ipaddress
 import os
 import sys
 from typing import Any
+
+from backends.kvcache import policy_names
 
 __all__ = ["add_arguments", "main", "BUILTIN_MODELS"]
 
@@ -58,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device KV pool capacity in tokens (default: the engine's)")
     parser.add_argument("--host-tokens", type=_non_negative, default=None, metavar="M",
                         help="host KV pool capacity in tokens; 0 disables the host tier (default: the engine's)")
-    parser.add_argument("--policy", choices=("lru", "kvflow"), default="kvflow", help="eviction policy (default: kvflow)")
+    parser.add_argument("--policy", choices=policy_names(), default="kvflow", help="eviction policy (default: kvflow)")
     parser.add_argument("--no-prefetch", action="store_true", help="do not prefetch host KV ahead of use")
     parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")

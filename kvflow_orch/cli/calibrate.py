@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .profiles import HardwareProfile, ModelProfile
+from backends.sim.profiles import HardwareProfile, ModelProfile
 
 __all__ = ["model_profile_of", "fit_line", "measure", "compare", "main"]
 
@@ -158,9 +158,10 @@ def compare(model: str, hw: HardwareProfile, mprof: ModelProfile, *, agents: int
             output: int = 16, dynamic: int = 16) -> dict[str, Any]:
     """Run the synthetic sequential workflow on the real engine and on the simulator (system kvflow,
     same pools); returns both end-to-end times and the relative error."""
-    from .simulate import simulate
-    from .systems import SYSTEMS
-    from .workloads import synthetic
+    from backends.sim.simulate import simulate
+    from backends.sim.systems import SYSTEMS
+
+    from .scenarios import synthetic
 
     device = agents * fixed // 2 + 2 * (fixed + dynamic + output)
     host = 4 * agents * (fixed + dynamic + output)

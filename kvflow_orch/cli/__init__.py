@@ -1,9 +1,10 @@
 """The ``kvflow`` command line: a thin dispatcher over one module per subcommand.
 
-Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int`` (and
+This package is the product's one composition root: the only code that puts the orchestrator,
+the workflows and the backends together. Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int`` (and
 ``PASS_THROUGH_ARGS = True`` to receive unknown flags in ``args.extra_argv``); it is imported
 only when that subcommand runs, so ``kvflow graph`` never imports torch and ``kvflow serve`` never
-imports LangGraph.
+imports LangGraph. :mod:`.report` is public: the examples print with it too.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ __all__ = ["main", "COMMANDS"]
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "graph": ("kvflow_orch.commands.graph", "print a workflow's Agent Step Graph (or Mermaid text)"),
-    "run": ("kvflow_orch.commands.run", "run a workflow MODULE:ATTR against a backend"),
-    "demo": ("kvflow_orch.commands.demo", "run the MetaGPT-style workflow on the embedded engine"),
-    "serve": ("backends.serve_cli", "start a kvflow server (embedded engine or SGLang)"),
-    "export-model": ("backends.local.export", "write a built-in model as a Hugging Face directory"),
-    "bench": ("backends.sim.cli", "simulate or replay workflows on a hardware profile"),
+    "graph": ("kvflow_orch.cli.graph", "print a workflow's Agent Step Graph (or Mermaid text)"),
+    "run": ("kvflow_orch.cli.run", "run a workflow MODULE:ATTR against a backend"),
+    "demo": ("kvflow_orch.cli.demo", "run the MetaGPT-style workflow on the embedded engine"),
+    "serve": ("kvflow_orch.cli.serve", "start a kvflow server (embedded engine or SGLang)"),
+    "export-model": ("kvflow_orch.cli.export_model", "write a built-in model as a Hugging Face directory"),
+    "bench": ("kvflow_orch.cli.bench", "simulate or replay workflows on a hardware profile"),
 }
 
 
@@ -54,6 +55,3 @@ def main(argv: list[str] | None = None) -> int:
         args = sub.parse_args(rest)
     return int(module.main(args) or 0)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

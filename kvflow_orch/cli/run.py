@@ -68,7 +68,7 @@ def _check_runnable(asg: Any, target: str) -> None:
 def main(args: argparse.Namespace) -> int:
     from ..runtime import run
     from ..trace import write_calls
-    from ._report import ProgressPrinter
+    from .report import ProgressPrinter
 
     try:
         inputs = parse_input(args.input)

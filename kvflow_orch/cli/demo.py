@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any, Callable, NamedTuple
 
+from backends.kvcache import policy_names
+
 __all__ = ["add_arguments", "main", "EngineRun", "run_on_engine", "DEMO_IDEA"]
 
 DEMO_IDEA = "a command-line todo list that stores tasks in a local JSON file, with due dates and tags"
@@ -62,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="reply cap per call (default 32)")
     parser.add_argument("--device-tokens", type=int, default=3072, help="device KV pool in tokens (default 3072)")
     parser.add_argument("--host-tokens", type=int, default=16384, help="host KV pool in tokens (default 16384)")
-    parser.add_argument("--policy", choices=("kvflow", "lru"), default="kvflow")
+    parser.add_argument("--policy", choices=policy_names(), default="kvflow")
     parser.add_argument("--no-prefetch", action="store_true")
     parser.add_argument("--plain", action="store_true", help="plain text output even on a terminal")
 
@@ -71,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
     from backends.local import EngineConfig
     from workflows.metagpt import metagpt
 
-    from ._report import AGENT_COLUMNS, ProgressPrinter, agent_rows, print_table, summarize_agents
+    from .report import AGENT_COLUMNS, ProgressPrinter, agent_rows, print_table, summarize_agents
 
     try:
         config = EngineConfig.build(

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from .profiles import ProfileError, available_profiles, load_hardware, load_model
-from .systems import SYSTEM_NAMES
+from backends.sim.profiles import ProfileError, available_profiles, load_hardware, load_model
+from backends.sim.systems import SYSTEM_NAMES
 
 __all__ = ["add_arguments", "main"]
 
@@ -86,11 +86,12 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _scenarios(args: argparse.Namespace):
-    from .sweep import Scenario, standard_scenarios
-    from .workloads import from_workflow, synthetic
+    from backends.sim.sweep import Scenario
+
+    from .scenarios import graph_workload, standard_scenarios, synthetic
 
     if args.bench_command == "replay":
-        from .replay import load_trace
+        from backends.sim.replay import load_trace
 
         w = load_trace(args.trace, seed=args.seed)
         hw, model = load_hardware(args.hardware), load_model(args.model)
@@ -107,11 +108,8 @@ def _scenarios(args: argparse.Namespace):
         raise ValueError(f"--workload {args.workload} takes one --output value and no --fixed or --branches")
     for n in args.instances:
         if graph:
-            import importlib
-
-            wf = getattr(importlib.import_module(f"workflows.{args.workload}"), args.workload)()
-            w = from_workflow(wf, name=args.workload, dynamic=dynamic, output=args.output[0],
-                              loop_limit=args.rounds or 3, instances=n, tenant_header=1024, seed=args.seed)
+            w = graph_workload(args.workload, dynamic=dynamic, output=args.output[0],
+                               loop_limit=args.rounds or 3, instances=n, tenant_header=1024, seed=args.seed)
             out.append(Scenario(args.workload, hw, model, w, args.device_tokens, args.host_tokens))
             continue
         for branches in args.branches or [1]:
@@ -124,9 +122,9 @@ def _scenarios(args: argparse.Namespace):
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from .report import format_table, plot, rows, write_json
-    from .sweep import run_scenarios
-    from .targets import check_targets
+    from backends.sim.report import format_table, plot, rows, write_json
+    from backends.sim.sweep import run_scenarios
+    from backends.sim.targets import check_targets
 
     name, scenarios = _scenarios(args)
     out = args.out or (DEFAULT_OUT / name)

@@ -1,0 +1,5 @@
+"""``python -m kvflow_orch.cli``: the ``kvflow`` command."""
+
+from . import main
+
+raise SystemExit(main())

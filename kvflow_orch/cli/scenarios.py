@@ -1,0 +1,89 @@
+"""The simulator's workloads built from the bundled workflows, and the standard sweep.
+
+The simulator (:mod:`backends.sim`) builds no workflows: it takes compiled Agent Step Graphs. This
+module compiles them (``workflows.synthetic``, ``workflows.metagpt``, ``workflows.peer``) for
+``kvflow bench`` and the calibration.
+
+The standard sweep (:func:`standard_scenarios`) is what ``kvflow bench sim --standard`` runs and
+what ``benchmarks/results/`` holds: the paper's single-workflow grid on H100/Qwen2.5-32B, its A10G
+point, the concurrency grid, the MetaGPT and PEER graphs, and a host-link sensitivity line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backends.sim.profiles import load_hardware, load_model
+from backends.sim.sweep import Scenario, with_link
+from backends.sim.workloads import Workload, from_graph
+from backends.sim.workloads import synthetic as synthetic_workload
+from kvflow_orch.asg import AgentStepGraph
+from workflows.synthetic import stage_agents
+from workflows.synthetic import synthetic as synthetic_workflow
+
+__all__ = ["synthetic_graph", "synthetic", "concurrent", "graph_workload", "standard_scenarios"]
+
+GRAPH_WORKLOADS = ("metagpt", "peer")
+
+
+def synthetic_graph(n_agents: int = 10, branches: int = 1) -> AgentStepGraph:
+    """The paper's sequential workflow compiled: ``n_agents`` stages, each one of ``branches``
+    candidate agents, looping from the last stage back to the first (or to END). Only its graph is
+    simulated; token content comes from :func:`backends.sim.workloads.synthetic`."""
+    return synthetic_workflow(n_agents=n_agents, fixed=0, dynamic=0, output=1, rounds=1, branches=branches).compile()
+
+
+def synthetic(*, n_agents: int = 10, branches: int = 1, **options: Any) -> Workload:
+    """The paper's single-workflow benchmark (``instances=1``) or its concurrent variant on
+    :func:`synthetic_graph`; ``options`` (``fixed``, ``dynamic``, ``output``, ``rounds``,
+    ``instances``, ``seed``) go to :func:`backends.sim.workloads.synthetic`."""
+    return synthetic_workload(synthetic_graph(n_agents, branches), stage_agents(n_agents, branches), **options)
+
+
+def concurrent(*, instances: int, fixed: int = 1024, dynamic: int = 256, output: int = 256,
+               n_agents: int = 10, rounds: int = 2, seed: int = 0) -> Workload:
+    """The paper's high-concurrency benchmark: ``instances`` independent sequential workflows."""
+    return synthetic(fixed=fixed, dynamic=dynamic, output=output, n_agents=n_agents, rounds=rounds,
+                     instances=instances, seed=seed)
+
+
+def graph_workload(name: str, graph: AgentStepGraph | None = None, **options: Any) -> Workload:
+    """``workflows.<name>`` (one of :data:`GRAPH_WORKLOADS`) with its default arguments, or
+    ``graph``, as a workload; ``options`` go to :func:`backends.sim.workloads.from_graph`."""
+    if graph is None:
+        if name not in GRAPH_WORKLOADS:
+            raise ValueError(f"unknown graph workload {name!r}; choose from {', '.join(GRAPH_WORKLOADS)}")
+        import importlib
+
+        graph = getattr(importlib.import_module(f"workflows.{name}"), name)().compile()
+    return from_graph(graph, name=name, **options)
+
+
+def standard_scenarios(seed: int = 0) -> list[Scenario]:
+    h100, a10g = load_hardware("h100-sxm"), load_hardware("a10g")
+    qwen, llama = load_model("qwen2.5-32b"), load_model("llama-3.1-8b")
+    out: list[Scenario] = []
+    for branches in (1, 2):
+        for output in (32, 256):
+            for fixed in (1024, 2048, 4096, 8192):
+                w = synthetic(fixed=fixed, dynamic=32, output=output, branches=branches, seed=seed)
+                out.append(Scenario(f"single-b{branches}", h100, qwen, w))
+    for gbps in (None, 2):  # the profile's link, and the "2GB/s" the paper's v1 states for its A10G
+        hw = a10g if gbps is None else with_link(a10g, gbps)
+        for fixed in (4096, 8192):
+            out.append(Scenario("single-a10g", hw, llama, synthetic(fixed=fixed, output=32, seed=seed)))
+    for model, counts in ((llama, (4, 16, 64)), (qwen, (4, 16))):
+        for fixed in (512, 1024):
+            for n in counts:
+                out.append(Scenario(f"concurrent-{model.name}", h100, model,
+                                    concurrent(instances=n, fixed=fixed, seed=seed)))
+    from workflows.metagpt import metagpt
+    from workflows.peer import peer
+
+    for n in (1, 8, 16):
+        for graph, name in ((metagpt(fix_rounds=2).compile(), "metagpt"), (peer(rounds=3).compile(), "peer")):
+            out.append(Scenario("graphs", a10g, llama, graph_workload(
+                name, graph, dynamic=256, output=128, loop_limit=3, instances=n, tenant_header=1024, seed=seed)))
+    for gbps in (2, 4, 8, 16, 32, 64):
+        out.append(Scenario("link", with_link(h100, gbps), qwen, synthetic(fixed=4096, output=32, seed=seed)))
+    return out

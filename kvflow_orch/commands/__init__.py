@@ -1,1 +1,0 @@
-"""One module per ``kvflow`` subcommand (see :mod:`kvflow_orch.cli`)."""
