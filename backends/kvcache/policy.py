@@ -154,13 +154,18 @@ _POLICIES: dict[str, Callable[..., EvictionPolicy]] = {
     "kvflow": lambda hints: KVFlowPolicy(hints),
     "belady": lambda hints, future=(): BeladyPolicy(future),
 }
+# Policies that need the whole future request sequence: a serving engine cannot run them.
+_OFFLINE: set[str] = {"belady"}
 
 
-def register_policy(name: str, factory: Callable[..., EvictionPolicy]) -> None:
-    """Add a policy: ``factory(hints, **options) -> EvictionPolicy``."""
+def register_policy(name: str, factory: Callable[..., EvictionPolicy], *, offline: bool = False) -> None:
+    """Add a policy: ``factory(hints, **options) -> EvictionPolicy``. ``offline`` marks an oracle
+    that needs to be told the future (simulator and analysis only, never offered by a server)."""
     if not name or name in _POLICIES:
         raise ValueError(f"policy name {name!r} is empty or already registered")
     _POLICIES[name] = factory
+    if offline:
+        _OFFLINE.add(name)
 
 
 def make_policy(name: str, hints: HintTable, **options: Any) -> EvictionPolicy:
@@ -177,5 +182,7 @@ def make_policy(name: str, hints: HintTable, **options: Any) -> EvictionPolicy:
     return factory(hints, **options)
 
 
-def policy_names() -> list[str]:
-    return sorted(_POLICIES)
+def policy_names(*, online: bool = False) -> list[str]:
+    """Registered policy names; ``online=True`` leaves out the offline oracles (what a serving
+    engine, its config and its command line accept)."""
+    return sorted(n for n in _POLICIES if not (online and n in _OFFLINE))

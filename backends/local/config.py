@@ -45,8 +45,8 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.cache.policy not in policy_names():
-            raise ValueError(f"policy must be one of {', '.join(policy_names())}, got {self.cache.policy!r}")
+        if self.cache.policy not in policy_names(online=True):
+            raise ValueError(f"policy must be one of {', '.join(policy_names(online=True))}, got {self.cache.policy!r}")
         if self.max_batch <= 0 or self.chunk_tokens <= 0:
             raise ValueError("max_batch and chunk_tokens must be > 0")
         if self.dtype != "auto" and self.dtype not in DTYPES:

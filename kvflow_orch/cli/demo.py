@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="reply cap per call (default 32)")
     parser.add_argument("--device-tokens", type=int, default=3072, help="device KV pool in tokens (default 3072)")
     parser.add_argument("--host-tokens", type=int, default=16384, help="host KV pool in tokens (default 16384)")
-    parser.add_argument("--policy", choices=policy_names(), default="kvflow")
+    parser.add_argument("--policy", choices=policy_names(online=True), default="kvflow")
     parser.add_argument("--no-prefetch", action="store_true")
     parser.add_argument("--plain", action="store_true", help="plain text output even on a terminal")
 

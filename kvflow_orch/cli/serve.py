@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device KV pool capacity in tokens (default: the engine's)")
     parser.add_argument("--host-tokens", type=_non_negative, default=None, metavar="M",
                         help="host KV pool capacity in tokens; 0 disables the host tier (default: the engine's)")
-    parser.add_argument("--policy", choices=policy_names(), default="kvflow", help="eviction policy (default: kvflow)")
+    parser.add_argument("--policy", choices=policy_names(online=True), default="kvflow", help="eviction policy (default: kvflow)")
     parser.add_argument("--no-prefetch", action="store_true", help="do not prefetch host KV ahead of use")
     parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")

@@ -155,6 +155,7 @@ def test_belady_evicts_the_farthest_next_use(make_cache):
 
 def test_policy_registry():
     assert {"lru", "kvflow", "belady"} <= set(policy_names())
+    assert "belady" not in policy_names(online=True) and {"lru", "kvflow"} <= set(policy_names(online=True))
     with pytest.raises(ValueError, match="unknown eviction policy 'mru'"):
         make_policy("mru", HintTable())
     with pytest.raises(ValueError, match="unknown eviction policy"):

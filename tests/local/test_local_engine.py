@@ -275,6 +275,8 @@ def test_info_and_stats_report_tiers_and_counters(engine):
         assert key in stats
     with pytest.raises(ValueError, match="policy must be one of"):
         EngineConfig.build(policy="fifo")
+    with pytest.raises(ValueError, match="policy must be one of"):  # an oracle needs the future
+        EngineConfig.build(policy="belady")
 
 
 def test_a_policy_registered_in_the_brain_is_accepted_by_the_engine_config():
