@@ -36,7 +36,8 @@ def check_steps(steps: Any) -> dict[str, float]:
 
     Values are non-negative numbers (integral or not, ``inf`` included) or ``None``; bool, NaN,
     negative and non-numeric values, empty or over-long names and more than MAX_AGENTS agents
-    raise :class:`HintError` naming the entry at fault. Key order is kept.
+    raise :class:`HintError` naming the entry at fault as a field path (``steps.<agent>``), as
+    pydantic names fields. Key order is kept.
     """
     if not isinstance(steps, Mapping):
         raise HintError(f"steps must be an object mapping agent names to numbers, got {type(steps).__name__}")
@@ -50,9 +51,9 @@ def check_steps(steps: Any) -> dict[str, float]:
             continue
         # bool is an int subclass, but True steps is a caller's mistake, not 1.
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise HintError(f"steps[{agent!r}] is {value!r}; expected a number >= 0 or null")
+            raise HintError(f"steps.{agent} is {value!r}; expected a number >= 0 or null")
         if value < 0:
-            raise HintError(f"steps[{agent!r}] is {value}; steps-to-execution must be >= 0 or null")
+            raise HintError(f"steps.{agent} is {value}; steps-to-execution must be >= 0 or null")
         out[agent] = float(value)
     return out
 
