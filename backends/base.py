@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Literal, Protocol, Sequence, runtime_checkable
 
-from kvflow_orch.nodes import Sampling as SamplingParams
+from kvflow_orch.protocol import Sampling as SamplingParams
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 __all__ = [

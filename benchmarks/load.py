@@ -36,7 +36,7 @@ from kvflow_orch import arun
 from kvflow_orch.clients import HttpClient, HttpConfig
 from workflows.map_reduce import map_reduce
 from workflows.metagpt import metagpt
-from workflows._metagpt_roles import ARCHITECT, QA_ENGINEER
+from workflows.metagpt_roles import ARCHITECT, QA_ENGINEER
 
 DEBUG = "/kvflow/v1/debug"
 HELD_KEYS = ("device_held", "running", "waiting", "loads_in_flight")

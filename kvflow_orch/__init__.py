@@ -1,16 +1,15 @@
 """kvflow orchestration: a workflow DSL, the Agent Step Graph and the runtime that sends hints.
 
     from kvflow_orch import Workflow, START, END, run
+
+Every name is loaded on first use (PEP 562), so importing one submodule (e.g. the wire contract
+:mod:`kvflow_orch.protocol`, which backends import) loads nothing else of the package.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
-
-from .builder import Workflow
-from .constants import END, START
-from .errors import WorkflowError
-from .protocol import KVFlowHint, StepsUpdate
 
 __all__ = [
     "Workflow",
@@ -27,23 +26,30 @@ __all__ = [
     "RunResult",
 ]
 
-# Imported lazily: the runtime pulls in httpx and (for backend="local") torch.
 _LAZY = {
-    "AgentStepGraph": ("kvflow_orch.asg", "AgentStepGraph"),
-    "run": ("kvflow_orch.runtime", "run"),
-    "arun": ("kvflow_orch.runtime", "arun"),
-    "run_many": ("kvflow_orch.runtime", "run_many"),
-    "arun_many": ("kvflow_orch.runtime", "arun_many"),
-    "RunResult": ("kvflow_orch.runtime", "RunResult"),
+    "Workflow": "kvflow_orch.builder",
+    "START": "kvflow_orch.constants",
+    "END": "kvflow_orch.constants",
+    "WorkflowError": "kvflow_orch.errors",
+    "AgentStepGraph": "kvflow_orch.asg",
+    "KVFlowHint": "kvflow_orch.protocol",
+    "StepsUpdate": "kvflow_orch.protocol",
+    "run": "kvflow_orch.runtime",
+    "arun": "kvflow_orch.runtime",
+    "run_many": "kvflow_orch.runtime",
+    "arun_many": "kvflow_orch.runtime",
+    "RunResult": "kvflow_orch.runtime",
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvflow_orch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'kvflow_orch' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,6 +1,6 @@
 """Steps-to-execution as the least fixed point of superior functions.
 
-The equations (issue 2) are, for every node ``v`` that is neither running nor triggered::
+The equations are, for every node ``v`` that is neither running nor triggered::
 
     steps(v) = 1 + min over v's trigger groups g of cost(g)
     cost({u})          = steps(u)

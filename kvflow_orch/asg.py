@@ -4,7 +4,7 @@
 immutable; the per-instance state lives in a :class:`~kvflow_orch.tracker.StepTracker`
 (``asg.tracker()``).
 
-Trigger groups (issue 2): a plain edge ``u -> v`` is the group ``{u}`` of ``v``; a conditional edge
+Trigger groups: a plain edge ``u -> v`` is the group ``{u}`` of ``v``; a conditional edge
 from ``r`` listing ``v`` is the group ``{r}`` of ``v``; an AND edge ``[u1..uk] -> v`` is one group
 whose members carry *arrived* flags. START may be the source of plain and conditional edges and
 nothing else; END may only be a target.
@@ -12,14 +12,14 @@ nothing else; END may only be a target.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ._steps import TriggerIndex, solve_steps
-from .builder import Branch
 from .constants import END, RESERVED_NAMES, START
 from .errors import WorkflowError
-from .nodes import Node
+from .nodes import Branch, Node
 from .protocol import MAX_AGENTS, check_name
 
 if TYPE_CHECKING:
@@ -28,7 +28,39 @@ if TYPE_CHECKING:
     from .builder import Workflow
     from .tracker import StepTracker
 
-__all__ = ["AgentStepGraph"]
+__all__ = ["AgentStepGraph", "GraphIndex"]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphIndex:
+    """The compiled, read-only form of an ASG that a :class:`~kvflow_orch.tracker.StepTracker`
+    runs on (``asg.index``).
+
+    Dense indices: ``0..len(names)-1`` are the nodes in declaration order and ``len(names)`` is
+    START; END has no index (firing it triggers nothing).
+    """
+
+    names: tuple[str, ...]
+    index_of: Mapping[str, int]
+    """Node name (START included) -> index."""
+    triggers: TriggerIndex
+    plain: tuple[tuple[int, ...], ...]
+    """Index -> indices its plain edges trigger (END dropped)."""
+    goto_ok: tuple[frozenset[str], ...]
+    """Index -> names its conditional edges may choose (END included); empty: no router."""
+    agent_members: Mapping[str, tuple[int, ...]]
+    """Agent identity -> indices of its LLM nodes."""
+
+    @property
+    def start(self) -> int:
+        return len(self.names)
+
+    def name_of(self, u: int) -> str:
+        return self.names[u] if u < len(self.names) else START
+
+    def solve(self, active: list[int], arrived: list[bool], pending: list[int]) -> list[float]:
+        """Steps of every index for this run-time state (see :func:`~kvflow_orch._steps.solve_steps`)."""
+        return solve_steps(self.triggers, active, arrived, pending)
 
 
 class AgentStepGraph:
@@ -39,7 +71,8 @@ class AgentStepGraph:
     every error is a :class:`WorkflowError` naming the node or edge at fault).
 
     Invariants: ``nodes`` excludes START/END; every node is reachable from START (its initial
-    steps are finite); LLM nodes sharing an agent identity share one system prompt.
+    steps are finite); LLM nodes sharing an agent identity share one system prompt. ``index`` is
+    the compiled :class:`GraphIndex` trackers run on.
     """
 
     def __init__(
@@ -74,10 +107,7 @@ class AgentStepGraph:
         if not self._plain.get(START) and not self._branches.get(START):
             raise WorkflowError("no edge from START: add wf.add_edge(START, '<first node>')")
 
-        self._names: tuple[str, ...] = tuple(self.nodes)
-        self._index_of: dict[str, int] = {n: i for i, n in enumerate(self._names)}
-        self._index_of[START] = len(self._names)
-        self._build_index()
+        self.index = self._build_index()
         self._check_reachable()
 
     # ----------------------------------------------------------------- construction
@@ -101,23 +131,26 @@ class AgentStepGraph:
 
         return compile_langgraph(graph, agents)
 
-    def _build_index(self) -> None:
-        idx = self._index_of
+    def _build_index(self) -> GraphIndex:
+        names = tuple(self.nodes)
+        idx = {n: i for i, n in enumerate(names)}
+        idx[START] = len(names)
         singles = [(idx[u], idx[v]) for u, targets in self._plain.items() for v in targets if v != END]
         for source, branches in self._branches.items():
             singles += [(idx[source], idx[v]) for b in branches for v in b.targets if v != END]
         ands = [(tuple(idx[m] for m in members), idx[t]) for members, t in self.joins if t != END]
-        self._index = TriggerIndex.build(len(self._names) + 1, singles, ands)
-        # Firing tables for the tracker: plain targets and declared conditional targets per index.
-        self._plain_idx: tuple[tuple[int, ...], ...] = tuple(
-            tuple(idx[v] for v in self._plain.get(n, ()) if v != END) for n in (*self._names, START)
+        return GraphIndex(
+            names=names,
+            index_of=MappingProxyType(idx),
+            triggers=TriggerIndex.build(len(names) + 1, singles, ands),
+            plain=tuple(tuple(idx[v] for v in self._plain.get(n, ()) if v != END) for n in (*names, START)),
+            goto_ok=tuple(
+                frozenset(v for b in self._branches.get(n, ()) for v in b.targets) for n in (*names, START)
+            ),
+            agent_members=MappingProxyType(
+                {a: tuple(idx[n] for n in members) for a, members in self._agents.items()}
+            ),
         )
-        self._goto_ok: tuple[frozenset[str], ...] = tuple(
-            frozenset(v for b in self._branches.get(n, ()) for v in b.targets) for n in (*self._names, START)
-        )
-        self._agent_idx: dict[str, tuple[int, ...]] = {
-            a: tuple(idx[n] for n in members) for a, members in self._agents.items()
-        }
 
     def _check_reachable(self) -> None:
         # A node is reachable exactly when its steps are finite in the initial state, which also
@@ -135,12 +168,12 @@ class AgentStepGraph:
     # ----------------------------------------------------------------- read API
     def plain_targets(self, node: str) -> tuple[str, ...]:
         """Targets of ``node``'s plain edges, in declaration order (may include END)."""
-        self._require(node, allow_start=True)
+        self.node_index(node, allow_start=True)
         return self._plain.get(node, ())
 
     def branches_of(self, node: str) -> tuple[Branch, ...]:
         """Conditional edges leaving ``node`` (START allowed)."""
-        self._require(node, allow_start=True)
+        self.node_index(node, allow_start=True)
         return self._branches.get(node, ())
 
     @property
@@ -152,7 +185,7 @@ class AgentStepGraph:
         """The agent identity of ``node``, or None for a plain Python node (or START/END)."""
         if node in RESERVED_NAMES:
             return None
-        self._require(node)
+        self.node_index(node)
         return self.nodes[node].agent
 
     def system_prompt(self, agent: str) -> str:
@@ -170,35 +203,34 @@ class AgentStepGraph:
 
     def to_networkx(self) -> "nx.DiGraph":
         """``nx.DiGraph`` with node attrs ``kind``/``agent`` and edge attrs ``kind``/``key``/``join``."""
-        from ._export import to_networkx
+        from .export import to_networkx
 
         return to_networkx(self)
 
     def to_mermaid(self) -> str:
         """Mermaid ``flowchart`` text of the graph."""
-        from ._export import to_mermaid
+        from .export import to_mermaid
 
         return to_mermaid(self)
 
     def describe(self) -> str:
         """Text listing of nodes, edges and initial steps (what ``kvflow graph`` prints)."""
-        from ._export import describe
+        from .export import describe
 
         return describe(self)
 
     def __repr__(self) -> str:
         return f"AgentStepGraph({self.name!r}, {len(self.nodes)} nodes, {len(self._agents)} agents)"
 
-    def _require(self, node: str, *, allow_start: bool = False) -> int:
-        index = self._index_of.get(node)
+    def node_index(self, node: str, *, allow_start: bool = False) -> int:
+        """``node``'s index in :attr:`index`; a :class:`WorkflowError` naming it when the graph has no
+        such node (or it is START and ``allow_start`` is false: START never runs as a task)."""
+        index = self.index.index_of.get(node)
         if node == START and not allow_start:
             raise WorkflowError(f"START ({START!r}) is not a node that runs; name a workflow node")
         if index is None:
             raise WorkflowError(f"workflow {self.name!r} has no node {node!r}")
         return index
-
-    def _solve(self, active, arrived, pending) -> list[float]:
-        return solve_steps(self._index, active, arrived, pending)
 
 
 # --------------------------------------------------------------------- validation

@@ -18,29 +18,16 @@ Example::
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Literal, Mapping, Sequence, get_args, get_origin
 
 from .constants import END, START
 from .errors import WorkflowError
-from .nodes import AgentNode, CustomAgentNode, FunctionNode, Node, PromptSpec, Sampling
+from .nodes import AgentNode, Branch, CustomAgentNode, FunctionNode, Node, PromptSpec
+from .protocol.sampling import Sampling
 
-__all__ = ["Workflow", "Branch"]
+__all__ = ["Workflow"]
 
 Reducer = Callable[[Any, Any], Any]
-
-
-@dataclass(frozen=True)
-class Branch:
-    """A conditional edge: ``router(state)`` returns a key of ``path_map`` (or a list of keys)."""
-
-    source: str
-    router: Callable[[Mapping[str, Any]], Any]
-    path_map: Mapping[Hashable, str]
-
-    @property
-    def targets(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.path_map.values()))
 
 
 class Workflow:

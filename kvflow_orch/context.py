@@ -17,8 +17,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import WorkflowError
-from .nodes import Sampling
-from .trace import CallRecord
+from .protocol import Sampling
+from .protocol import CallRecord
 
 if TYPE_CHECKING:
     from .runtime import _Execution

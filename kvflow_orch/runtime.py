@@ -37,8 +37,9 @@ from .constants import END, START
 from .context import AgentContext
 from .errors import WorkflowError
 from .nodes import AgentNode, CustomAgentNode, FunctionNode, render_prompt
-from .protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate, check_name, steps_to_wire
-from .trace import CallRecord, NodeRecord
+from .hinting import WorkflowHints
+from .protocol import DEFAULT_NAMESPACE, KVFlowHint, check_name
+from .protocol import CallRecord, NodeRecord
 from ._state import StateStore
 from ._threads import run_in_thread
 
@@ -85,6 +86,7 @@ class _Execution:
         self.max_steps = max_steps
         self.on_event = on_event
         self.tracker = asg.tracker()
+        self.hints = WorkflowHints(workflow_id, namespace)
         self.t0 = time.perf_counter()
         self.clock = 0
         self.executions: collections.Counter[str] = collections.Counter()
@@ -93,17 +95,11 @@ class _Execution:
 
     # --------------------------------------------------------------- hints
     def hint_for(self, agent: str) -> KVFlowHint:
-        return KVFlowHint(
-            workflow_id=self.workflow_id,
-            namespace=self.namespace,
-            agent=agent,
-            steps=steps_to_wire(self.tracker.agent_steps()),
-            fixed_prefix=1,
-        )
+        # fixed_prefix=1: every call is [system (the agent's fixed prompt), user (dynamic)].
+        return self.hints.hint(self.tracker, agent, fixed_prefix=1)
 
     def send_steps(self, done: bool = False) -> None:
-        steps = {} if done else steps_to_wire(self.tracker.agent_steps())
-        self.client.send_steps(StepsUpdate(workflow_id=self.workflow_id, namespace=self.namespace, steps=steps, done=done))
+        self.client.send_steps(self.hints.update(None if done else self.tracker, done=done))
 
     # --------------------------------------------------------------- routing
     async def route(self, node: str, state: Mapping[str, Any]) -> list[str] | None:

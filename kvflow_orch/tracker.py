@@ -6,7 +6,7 @@ import math
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from .constants import END, START
+from .constants import END
 from .errors import WorkflowError
 
 if TYPE_CHECKING:
@@ -37,24 +37,25 @@ class StepTracker:
       arrived in each AND-join it belongs to; a join whose members have all arrived triggers its
       target and resets its flags.
 
-    Reading: ``steps()`` is the least fixed point of issue 2's equations (``math.inf`` for nodes that
+    Reading: ``steps()`` is the least fixed point of the equations in :mod:`kvflow_orch._steps` (``math.inf`` for nodes that
     cannot run again), ``agent_steps()`` the min over each agent identity's nodes, ``done`` is true
     when nothing is running or triggered. Updates cost O(out-degree); ``steps()`` is O(V + E) and
     cached until the next transition.
     """
 
-    __slots__ = ("_asg", "_running", "_triggered", "_arrived", "_pending", "_cache")
+    __slots__ = ("_asg", "_graph", "_running", "_triggered", "_arrived", "_pending", "_cache")
 
     def __init__(self, asg: "AgentStepGraph") -> None:
         self._asg = asg
-        index = asg._index
+        self._graph = graph = asg.index
+        index = graph.triggers
         self._running: dict[int, int] = {}
         self._triggered: dict[int, None] = {}  # an insertion-ordered set
         self._arrived: list[bool] = [False] * len(index.slot_group)
         self._pending: list[int] = [len(slots) for slots in index.group_slots]
         self._cache: list[float] | None = None
-        start = asg._index_of[START]
-        if asg._goto_ok[start]:
+        start = graph.start
+        if graph.goto_ok[start]:
             self._running[start] = 1
         else:
             self._fire(start, ())
@@ -62,7 +63,7 @@ class StepTracker:
     # ----------------------------------------------------------------- transitions
     def start(self, node: str, tasks: int = 1) -> None:
         """Consume ``node``'s trigger and mark it running as ``tasks`` concurrent tasks."""
-        u = self._asg._require(node)
+        u = self._asg.node_index(node)
         if u not in self._triggered:
             raise WorkflowError(f"start({node!r}): node {node!r} is not triggered")
         if not isinstance(tasks, int) or tasks < 1:
@@ -73,7 +74,7 @@ class StepTracker:
 
     def finish(self, node: str, goto: "str | Iterable[str] | None" = None) -> None:
         """End one task of ``node`` and fire its edges (``goto``: its conditional edges' choice)."""
-        u = self._asg._require(node, allow_start=True)
+        u = self._asg.node_index(node, allow_start=True)
         if not self._running.get(u):
             raise WorkflowError(f"finish({node!r}): node {node!r} is not running")
         chosen = self._chosen(node, u, goto)
@@ -87,7 +88,7 @@ class StepTracker:
         if goto is None:
             return ()
         names = (goto,) if isinstance(goto, str) else tuple(goto)
-        allowed = self._asg._goto_ok[u]
+        allowed = self._graph.goto_ok[u]
         for name in names:
             if name not in allowed:
                 declared = sorted(allowed) or "none: it has no conditional edges"
@@ -95,16 +96,16 @@ class StepTracker:
                     f"finish({node!r}, goto={name!r}): not a declared target of {node!r}'s "
                     f"conditional edges (declared: {declared})"
                 )
-        index_of = self._asg._index_of
+        index_of = self._graph.index_of
         return tuple(index_of[name] for name in names if name != END)
 
     def _fire(self, u: int, chosen: tuple[int, ...]) -> None:
         triggered = self._triggered
-        for v in self._asg._plain_idx[u]:
+        for v in self._graph.plain[u]:
             triggered[v] = None
         for v in chosen:
             triggered[v] = None
-        index = self._asg._index
+        index = self._graph.triggers
         arrived, pending = self._arrived, self._pending
         for slot in index.member_slots[u]:
             if arrived[slot]:
@@ -123,17 +124,17 @@ class StepTracker:
     # ----------------------------------------------------------------- reading
     def steps(self) -> dict[str, float]:
         """Steps-to-execution of every node (START/END excluded); ``math.inf`` = never again."""
-        return dict(zip(self._asg._names, self._values()))
+        return dict(zip(self._graph.names, self._values()))
 
     def agent_steps(self) -> dict[str, float]:
         """Per agent identity: the min of ``steps()`` over its nodes."""
         values = self._values()
-        return {agent: min(values[i] for i in members) for agent, members in self._asg._agent_idx.items()}
+        return {agent: min(values[i] for i in members) for agent, members in self._graph.agent_members.items()}
 
     def _values(self) -> list[float]:
         if self._cache is None:
             active = [*self._running, *self._triggered]
-            self._cache = self._asg._solve(active, self._arrived, self._pending)
+            self._cache = self._graph.solve(active, self._arrived, self._pending)
         return self._cache
 
     @property
@@ -144,18 +145,14 @@ class StepTracker:
     @property
     def running(self) -> Mapping[str, int]:
         """Read-only snapshot: running node -> number of its running tasks (START included)."""
-        names = self._name_of
+        names = self._graph.name_of
         return MappingProxyType({names(u): n for u, n in self._running.items()})
 
     @property
     def triggered(self) -> frozenset[str]:
         """Snapshot of the triggered nodes (triggered and not yet started)."""
-        names = self._name_of
+        names = self._graph.name_of
         return frozenset(names(u) for u in self._triggered)
-
-    def _name_of(self, u: int) -> str:
-        names = self._asg._names
-        return names[u] if u < len(names) else START
 
     def __repr__(self) -> str:
         steps = {n: ("inf" if s == math.inf else s) for n, s in self.steps().items()}

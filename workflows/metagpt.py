@@ -1,7 +1,7 @@
 """A MetaGPT-style software company: ProductManager -> Architect -> ProjectManager -> Engineer,
 then an Engineer <-> QA fix loop.
 
-Each role has a realistic fixed prompt of 700-900 SmolLM2 tokens (:mod:`workflows._metagpt_roles`);
+Each role has a realistic fixed prompt of 700-900 SmolLM2 tokens (:mod:`workflows.metagpt_roles`);
 the dynamic part of each call is the work handed over so far. The loop is deterministic: QA counts
 its reviews in ``state["qa_rounds"]`` and sends the code back for ``fix_rounds`` fixes, then ships.
 
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from kvflow_orch import END, START, Workflow
 
-from ._metagpt_roles import ARCHITECT, ENGINEER, PRODUCT_MANAGER, PROJECT_MANAGER, QA_ENGINEER
+from .metagpt_roles import ARCHITECT, ENGINEER, PRODUCT_MANAGER, PROJECT_MANAGER, QA_ENGINEER
 
 __all__ = ["metagpt", "workflow", "ROLE_NODES"]
 

@@ -3,7 +3,7 @@
 Usable on its own (the SGLang plugin uses it without the radix tree). Agents are identified by an
 :data:`AgentRef` ``(namespace, agent)``; workflows by ``(namespace, workflow_id)``.
 
-Rules (issue 3):
+Rules:
 
 * A hint or a steps update *replaces* the step map of its workflow (the orchestrator re-sends the
   steps of every agent each time). A hint's calling agent gets 0 when its map omits it: it runs now.
@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Iterator, Mapping
 
-from kvflow_orch.protocol import MAX_AGENTS, HintError, KVFlowHint, StepsUpdate
+from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate, check_steps
 
 __all__ = ["AgentRef", "HintTable", "HintError", "INF"]
 
@@ -34,24 +34,6 @@ AgentRef = tuple[str, str]
 """``(namespace, agent)``: the key of every per-agent table."""
 
 INF = math.inf
-
-
-def _validate(steps: Mapping[str, object]) -> dict[str, float]:
-    if len(steps) > MAX_AGENTS:
-        raise HintError(f"steps names {len(steps)} agents; the limit is {MAX_AGENTS}")
-    out: dict[str, float] = {}
-    for agent, value in steps.items():
-        if not isinstance(agent, str) or not agent:
-            raise HintError(f"agent name {agent!r} in steps must be a non-empty string")
-        if value is None:
-            out[agent] = INF
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise HintError(f"steps[{agent!r}] is {value!r}; expected a number >= 0 or null")
-        if value < 0:
-            raise HintError(f"steps[{agent!r}] is {value}; steps-to-execution must be >= 0 or null")
-        out[agent] = float(value)
-    return out
 
 
 class HintTable:
@@ -102,7 +84,7 @@ class HintTable:
     def set_steps(self, namespace: str, workflow_id: str, steps: Mapping[str, object]) -> None:
         """Replace the step map of one workflow. Raises :class:`HintError` (nothing changes) on
         negative, NaN or non-numeric steps, empty names, or more than ``MAX_AGENTS`` agents."""
-        clean = _validate(steps)
+        clean = check_steps(steps)
         self.expire()
         key = (namespace, workflow_id)
         self._drop_workflow(key)

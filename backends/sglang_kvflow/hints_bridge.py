@@ -1,7 +1,7 @@
 """Hints into SGLang: ``custom_params.kvflow`` on requests, and the scheduler messages that carry
 out-of-band steps updates and stats queries.
 
-Placement (kvflow_orch/protocol.py): ``/generate`` bodies carry the hint as
+Placement (kvflow_orch/protocol/wire.py): ``/generate`` bodies carry the hint as
 ``sampling_params.custom_params.kvflow``; ``/v1/*`` bodies as a top-level ``custom_params.kvflow``,
 which SGLang copies into ``sampling_params.custom_params``. So one reader serves both routes once
 the request reaches the tokenizer manager (validation, 400 on a bad hint) and the scheduler (apply).
@@ -41,11 +41,14 @@ FIXED_TOKENS_KEY = "kvflow_fixed_tokens"
 
 
 class KVFlowStepsReq(BaseReq, kw_only=True):
-    """An out-of-band :class:`~kvflow_orch.protocol.StepsUpdate`, already validated."""
+    """An out-of-band :class:`~kvflow_orch.protocol.StepsUpdate`, already validated.
+
+    ``steps`` is in the wire form (``steps_as_json``: numbers, ``None`` for never), plain data for
+    msgpack; the scheduler validates it back into a StepsUpdate."""
 
     workflow_id: str
     namespace: str
-    steps: Dict[str, Optional[int]]
+    steps: Dict[str, Optional[float]]
     done: bool = False
 
 

@@ -17,7 +17,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, StepsUpdate
+from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, StepsUpdate, steps_as_json
 
 from .hints_bridge import KVFlowStatsReq, KVFlowStepsReq
 from .stats import merge_stats
@@ -58,7 +58,7 @@ async def post_steps(request: Request) -> JSONResponse:
     if manager is None:
         return _not_running()
     await manager._async_dispatch_to_scheduler(KVFlowStepsReq(
-        workflow_id=update.workflow_id, namespace=update.namespace, steps=dict(update.steps), done=update.done,
+        workflow_id=update.workflow_id, namespace=update.namespace, steps=steps_as_json(update.steps), done=update.done,
     ))
     return JSONResponse({"ok": True, "workflow_id": update.workflow_id, "agents": len(update.steps),
                          "done": update.done})

@@ -13,7 +13,7 @@ import random
 from typing import Callable
 
 from kvflow_orch.constants import END, START
-from kvflow_orch.protocol import KVFlowHint, StepsUpdate, steps_to_wire
+from kvflow_orch.hinting import WorkflowHints
 
 from .serving import ServingSim, SimRequest
 from .workloads import Instance, random_tokens
@@ -56,6 +56,7 @@ class GraphClient(WarmingClient):
         self.sim = sim
         self.on_end = on_end
         self.rng = random.Random(instance.seed)
+        self.hints = WorkflowHints(instance.workflow_id, instance.namespace)
         self.tracker = self.spec.asg.tracker()
         self.end_passes = 0
         self.calls = 0
@@ -86,7 +87,7 @@ class GraphClient(WarmingClient):
             self.sim.submit(self._request(agent, self.spec.output_tokens, lambda r, n=node: self._finished_node(n)))
         if self.tracker.done:
             self.end_s = self.sim.events.now
-            self.sim.steps_update(StepsUpdate(workflow_id=self.inst.workflow_id, namespace=self.inst.namespace, done=True))
+            self.sim.steps_update(self.hints.update(done=True))
             self.on_end(self)
 
     def _finished_node(self, node: str) -> None:
@@ -112,8 +113,5 @@ class GraphClient(WarmingClient):
     def _request(self, agent: str, output: int, on_done: Callable[[SimRequest], None]) -> SimRequest:
         fixed = self.spec.fixed[agent]
         prompt = fixed + random_tokens(self.rng, self.spec.dynamic_tokens)
-        hint = KVFlowHint(
-            workflow_id=self.inst.workflow_id, namespace=self.inst.namespace, agent=agent,
-            steps=steps_to_wire(self.tracker.agent_steps()), fixed_prefix=1,
-        )
+        hint = self.hints.hint(self.tracker, agent, fixed_prefix=1)  # as the runtime's [system, user] call
         return SimRequest(prompt, random_tokens(self.rng, output), (self.inst.namespace, agent), len(fixed), hint, on_done)

@@ -1,4 +1,4 @@
-"""Replay of a ``kvflow run --record`` trace (format: :mod:`kvflow_orch.trace`).
+"""Replay of a ``kvflow run --record`` trace (format: :mod:`kvflow_orch.protocol.trace`).
 
 Each recorded workflow becomes one client that re-issues its calls with the recorded hints (so
 steps are exactly those the orchestrator sent) and recorded token counts, synthetic token ids:
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from kvflow_orch.protocol import KVFlowHint, StepsUpdate
-from kvflow_orch.trace import CallRecord, read_calls
+from kvflow_orch.protocol import CallRecord, KVFlowHint, StepsUpdate, read_calls
 
 from .serving import ServingSim, SimRequest
 from .orchestrator import WarmingClient

@@ -3,7 +3,7 @@
 Runs one instance of a kvflow DSL workflow (``ATTR`` as for ``kvflow graph``: a Workflow, its
 AgentStepGraph, or a zero-argument callable returning one). Progress per node goes to stderr; the
 final state is printed to stdout as JSON. ``--record`` writes one JSON line per LLM call in the
-format documented in :mod:`kvflow_orch.trace` (the simulator replays it).
+format documented in :mod:`kvflow_orch.protocol.trace` (the simulator replays it).
 
 Exit status: 0 success, 1 the workflow failed (the WorkflowError is printed), 2 bad arguments.
 LangGraph graphs are not run here: instrument them with ``kvflow_orch.langgraph.instrument``.
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend", default="local", help="local, local:MODEL (smollm2-135m, tiny-random, DIR) or http://HOST:PORT"
     )
-    parser.add_argument("--record", metavar="FILE", help="write every LLM call as JSON lines (see kvflow_orch.trace)")
+    parser.add_argument("--record", metavar="FILE", help="write every LLM call as JSON lines (see kvflow_orch.protocol.trace)")
     parser.add_argument("--workflow-id", help="workflow id sent in hints (default: NAME-<random>)")
     parser.add_argument("--namespace", help="namespace sent in hints (default: 'default')")
     parser.add_argument("--max-steps", type=int, default=100, help="node executions before the run is stopped")
@@ -67,7 +67,7 @@ def _check_runnable(asg: Any, target: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ..runtime import run
-    from ..trace import write_calls
+    from ..protocol import write_calls
     from .report import ProgressPrinter
 
     try:

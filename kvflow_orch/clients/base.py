@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from ..nodes import Sampling
+from ..protocol import Sampling
 from ..protocol import KVFlowHint, StepsUpdate
 
 __all__ = ["LLMReply", "LLMClient", "BackendError", "Messages"]

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
-from ..nodes import Sampling
+from ..protocol import Sampling
 from ..protocol import INFO_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_hint
-from ._outbox import Outbox
+from .outbox import Outbox
 from .base import BackendError, LLMClient, LLMReply, Messages
 
 __all__ = ["HttpConfig", "HttpClient"]

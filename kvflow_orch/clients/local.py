@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..nodes import Sampling
+from ..protocol import Sampling
 from ..protocol import KVFlowHint, StepsUpdate
 from .base import BackendError, LLMClient, LLMReply, Messages
 

@@ -6,7 +6,7 @@ updates send ``Authorization: Bearer $KVFLOW_API_KEY`` when that variable is set
 HTTP client does (a server started with ``--api-key`` refuses them otherwise).
 
 Out-of-band updates (``POST /kvflow/v1/steps``) are queued from LangGraph callbacks, which may run
-on any thread, and delivered by the runtime's coalescing :class:`~kvflow_orch.clients._outbox.Outbox`
+on any thread, and delivered by the runtime's coalescing :class:`~kvflow_orch.clients.outbox.Outbox`
 on a private event loop thread: the graph never waits for them.
 """
 
@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..clients._outbox import Outbox
+from ..clients.outbox import Outbox
 from ..protocol import INFO_ROUTE, STEPS_ROUTE, StepsUpdate
 
 __all__ = ["Backend", "origin_of", "PlainServerWarning"]

@@ -31,7 +31,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from ..constants import START
-from ..protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate, check_name
+from ..protocol import DEFAULT_NAMESPACE, KVFlowHint, check_name
 from ._backend import Backend
 from ._compile import Routes
 from ._live import LiveWorkflow, TrackingWarning
@@ -156,7 +156,7 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
             wid = str(run_id)
         live, count = self._workflows.get(wid, (None, 0))
         if live is None:
-            live = self._paused.pop(wid, None) or LiveWorkflow(self.asg, wid)
+            live = self._paused.pop(wid, None) or LiveWorkflow(self.asg, wid, self.namespace)
         self._workflows[wid] = (live, count + 1)
         self._runs[run_id] = _Run(run_id, None)
         self._roots[run_id] = _Root(live)
@@ -232,24 +232,14 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
             task.llm_calls += 1
             live = self._roots[run.root].workflow  # type: ignore[union-attr]
             agent = self.asg.agent_of(task.node) or task.node
-            hint = KVFlowHint(
-                workflow_id=live.workflow_id,
-                namespace=self.namespace,
-                agent=agent,
-                steps=live.agent_steps(),
-                fixed_prefix=1,
-            )
-        return hint
+            return live.hint(agent)
 
     def knows(self, run_id: UUID | None) -> bool:
         with self._lock:
             return run_id in self._runs
 
     def _post(self, live: LiveWorkflow, *, done: bool = False) -> None:
-        update = StepsUpdate(
-            workflow_id=live.workflow_id, namespace=self.namespace, steps=live.agent_steps(), done=done
-        )
-        self.backend.send(update)
+        self.backend.send(live.update(done=done))
 
     @property
     def open_runs(self) -> int:

@@ -24,7 +24,8 @@ from typing import Iterable
 
 from ..constants import START
 from ..errors import WorkflowError
-from ..protocol import steps_to_wire
+from ..hinting import WorkflowHints
+from ..protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate
 
 __all__ = ["LiveWorkflow", "TrackingWarning"]
 
@@ -34,10 +35,11 @@ class TrackingWarning(RuntimeWarning):
 
 
 class LiveWorkflow:
-    def __init__(self, asg, workflow_id: str) -> None:
+    def __init__(self, asg, workflow_id: str, namespace: str = DEFAULT_NAMESPACE) -> None:
         self.asg = asg
         self.workflow_id = workflow_id
         self.tracker = asg.tracker()
+        self.hints = WorkflowHints(workflow_id, namespace)
         self._live: dict[str, str] = {}  # task key -> node
         self._reserved: Counter[str] = Counter()
         self._sends: Counter[str] = Counter()
@@ -85,9 +87,14 @@ class LiveWorkflow:
         if key is not None:
             self.task_finished(node, key, goto, sends)
 
-    # ----------------------------------------------------------------- reading
-    def agent_steps(self) -> dict[str, int | None]:
-        return steps_to_wire(self.tracker.agent_steps())
+    # ----------------------------------------------------------------- messages
+    def hint(self, agent: str) -> KVFlowHint:
+        """The hint of an LLM call by ``agent`` now (fixed prefix: the leading system message)."""
+        return self.hints.hint(self.tracker, agent, fixed_prefix=1)
+
+    def update(self, *, done: bool = False) -> StepsUpdate:
+        """The steps update to post now; a done update still carries the last steps."""
+        return self.hints.update(self.tracker, done=done)
 
     # ----------------------------------------------------------------- helpers
     def _apply(self, what: str, op, *args) -> bool:

@@ -80,7 +80,7 @@ def software_company(url: str, *, use_async: bool = False, **llm_kwargs):
     return g.compile()
 
 
-# What the ASG semantics give at each call (worked by hand from issue 2's equations).
+# What the ASG semantics give at each call (worked by hand from the steps equations in kvflow_orch/_steps.py).
 EXPECTED = [
     ("pm", {"pm": 0, "fe": 1, "be": 1, "engineer": 2, "qa": 3}),
     ("be", {"pm": INF, "fe": 0, "be": 0, "engineer": 1, "qa": 2}),  # be || fe: both running

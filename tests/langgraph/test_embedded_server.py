@@ -4,6 +4,7 @@ plain and streaming (``stream_mode="messages"``) runs, and the steps updates end
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -14,6 +15,7 @@ from lg_apps import EXPECTED, in_call_order, software_company  # noqa: E402
 from server_helpers import start_server  # noqa: E402
 
 from kvflow_orch.langgraph import handler_of, instrument  # noqa: E402
+from kvflow_orch.protocol import steps_as_json  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def engine_calls(served, wid: str):
         if hint.workflow_id == wid:
             assert hint.namespace == "shop" and hint.fixed_prefix == 1
             assert request.fixed_prefix_tokens and request.fixed_prefix_tokens < len(request.input_ids)
-            out.append((hint.agent, hint.steps))
+            out.append((hint.agent, steps_as_json(hint.steps)))  # EXPECTED is in the wire form
     return out
 
 
@@ -69,7 +71,8 @@ def test_example_app_runs_with_hints(served, monkeypatch, capsys):
     assert agents[0] == "planner" and sorted(agents[1:3]) == ["outliner", "researcher"]
     assert agents[3:] == ["writer", "reviewer", "writer", "reviewer"]
     assert hints[0].steps == {"planner": 0, "researcher": 1, "outliner": 1, "writer": 2, "reviewer": 3}
-    assert hints[-1].steps == {"planner": None, "researcher": None, "outliner": None, "writer": 1, "reviewer": 0}
+    inf = math.inf  # the server holds steps in their Python form
+    assert hints[-1].steps == {"planner": inf, "researcher": inf, "outliner": inf, "writer": 1, "reviewer": 0}
 
 
 def test_api_key_server_gets_hints_and_updates_with_kvflow_api_key(monkeypatch):

@@ -1,4 +1,4 @@
-"""compile() rejects every malformed graph of issue 2 with a WorkflowError naming the culprit,
+"""compile() rejects every malformed graph with a WorkflowError naming the culprit,
 and the ASG read API reports what the builder declared."""
 
 from __future__ import annotations

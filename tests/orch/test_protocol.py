@@ -13,8 +13,9 @@ from kvflow_orch.protocol import (
     KVFlowHint,
     StepsUpdate,
     attach_hint,
+    check_steps,
     extract_hint,
-    steps_to_wire,
+    steps_as_json,
 )
 
 
@@ -88,5 +89,30 @@ def test_steps_update_defaults_and_done():
     assert StepsUpdate.model_validate({"workflow_id": "w", "done": True}).done
 
 
-def test_steps_to_wire_maps_inf_to_none():
-    assert steps_to_wire({"a": 0.0, "b": 3.0, "c": math.inf}) == {"a": 0, "b": 3, "c": None}
+def test_steps_are_floats_in_python_and_null_for_inf_on_the_wire():
+    hint = _hint(steps={"coder": 0.0, "qa": 1.0, "pm": math.inf})
+    assert hint.steps == {"coder": 0.0, "qa": 1.0, "pm": math.inf}
+    assert all(type(v) is float for v in hint.steps.values())
+    assert hint.model_dump_json().count('"steps":{"coder":0,"qa":1,"pm":null}') == 1  # bytes unchanged
+    assert _hint() == hint  # the wire form and the Python form are one value
+    assert steps_as_json({"a": 0.0, "b": 3.0, "c": math.inf, "d": 1.5}) == {"a": 0, "b": 3, "c": None, "d": 1.5}
+
+
+def test_non_integer_steps_are_accepted():
+    assert KVFlowHint.model_validate({"workflow_id": "w", "agent": "a", "steps": {"a": 0.5}}).steps == {"a": 0.5}
+
+
+@pytest.mark.parametrize("value", [True, math.nan, -1, -0.5, "1", [1]])
+def test_the_one_validator_refuses_bad_values(value):
+    with pytest.raises(HintError, match="steps"):
+        check_steps({"a": value})
+    with pytest.raises(HintError, match="steps"):
+        extract_hint({"custom_params": {"kvflow": {"workflow_id": "w", "agent": "a", "steps": {"a": value}}}})
+    with pytest.raises(ValueError, match="steps"):
+        StepsUpdate(workflow_id="w", steps={"a": value})
+
+
+@pytest.mark.parametrize("steps", [{"": 1}, {"x" * (MAX_NAME_LEN + 1): 1}, {f"a{i}": 1 for i in range(MAX_AGENTS + 1)}])
+def test_the_one_validator_refuses_bad_names_and_sizes(steps):
+    with pytest.raises(HintError):
+        check_steps(steps)

@@ -1,6 +1,6 @@
 """Property tests: on random graphs and random valid executions, StepTracker agrees with an
 independent model of the state (triggered set, running multiset, AND flags) and with a brute-force
-Kleene iteration of issue 2's equations written here from the spec, not from kvflow's solver."""
+Kleene iteration of the steps equations (kvflow_orch._steps) written here from the spec, not from kvflow's solver."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""StepTracker: issue 2's steps-to-execution semantics per edge kind, and its misuse errors."""
+"""StepTracker: the steps-to-execution semantics (kvflow_orch._steps) per edge kind, and its misuse errors."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Small workflows shared by the runtime tests, with the steps each call must carry.
 
-Expected steps are derived by hand from issue 2's equations for each graph.
+Expected steps are derived by hand from the steps equations in kvflow_orch._steps for each graph.
 """
 
 from __future__ import annotations

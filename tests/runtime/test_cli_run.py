@@ -1,5 +1,5 @@
 """``kvflow run`` through the real console entry point: state on stdout, progress on stderr, the
---record JSONL round-trips through kvflow_orch.trace, and bad arguments exit 2 with a message."""
+--record JSONL round-trips through kvflow_orch.protocol.trace, and bad arguments exit 2 with a message."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from kvflow_orch.trace import FORMAT_VERSION, read_calls
+from kvflow_orch.protocol import FORMAT_VERSION, read_calls
 
 FLOW = textwrap.dedent(
     """

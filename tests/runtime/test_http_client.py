@@ -10,7 +10,7 @@ import pytest
 from recording_server import Behaviour, RecordingServer
 
 from kvflow_orch.clients import BackendError, HttpClient, HttpConfig, open_client
-from kvflow_orch.nodes import Sampling
+from kvflow_orch.protocol import Sampling
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "say hi now"}]

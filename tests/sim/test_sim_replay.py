@@ -16,7 +16,7 @@ from backends.sim.replay import TraceClient, load_trace
 from backends.sim.simulate import simulate
 from backends.sim.systems import SYSTEMS
 from kvflow_orch.cli import main as kvflow_main
-from kvflow_orch.trace import CallRecord
+from kvflow_orch.protocol import CallRecord
 
 H100, QWEN = load_hardware("h100-sxm"), load_model("qwen2.5-32b")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from workflows._filler import WORDS, filler
-from workflows._metagpt_roles import ROLES
+from workflows.metagpt_roles import ROLES
 from workflows.synthetic import synthetic
 
 
@@ -42,7 +42,7 @@ def test_synthetic_prompts_have_requested_lengths(smollm2_tokenizer):
     assert a[:40] != c[:40]
 
 
-def test_metagpt_roles_are_realistic_and_distinct(smollm2_tokenizer):
+def testmetagpt_roles_are_realistic_and_distinct(smollm2_tokenizer):
     lengths = {role: len(smollm2_tokenizer.encode(text)) for role, text in ROLES.items()}
     assert all(500 <= n <= 1500 for n in lengths.values()), lengths
     openings = {text.split(".")[0] for text in ROLES.values()}

@@ -7,66 +7,41 @@ One client speaks to both backends, so the placement is the one SGLang 0.5.23 ac
 * ``/generate`` bodies carry it as ``sampling_params.custom_params.kvflow``;
 * out-of-band updates go to ``POST /kvflow/v1/steps`` as a :class:`StepsUpdate`.
 
-Steps are non-negative integers; ``None`` means "not expected to run again" (infinity).
+Steps are described in :mod:`kvflow_orch.protocol.limits`: floats (``math.inf`` = "not expected to
+run again") in Python, non-negative numbers or ``null`` on the wire.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
-__all__ = [
-    "MAX_NAME_LEN",
-    "MAX_AGENTS",
-    "DEFAULT_NAMESPACE",
-    "STEPS_ROUTE",
-    "INFO_ROUTE",
-    "STATS_ROUTE",
-    "KVFlowHint",
-    "StepsUpdate",
-    "HintError",
-    "steps_to_wire",
-    "check_name",
-    "attach_hint",
-    "extract_hint",
-]
+from .errors import HintError
+from .limits import DEFAULT_NAMESPACE, check_name, check_steps, steps_as_json
 
-MAX_NAME_LEN = 256
-MAX_AGENTS = 4096
-DEFAULT_NAMESPACE = "default"
+__all__ = ["STEPS_ROUTE", "INFO_ROUTE", "STATS_ROUTE", "KVFlowHint", "StepsUpdate", "attach_hint", "extract_hint"]
+
 STEPS_ROUTE = "/kvflow/v1/steps"
 INFO_ROUTE = "/kvflow/v1/info"
 STATS_ROUTE = "/kvflow/v1/stats"
 
 
-class HintError(ValueError):
-    """A hint or steps update that does not follow the protocol; the message names the field."""
-
-
-def check_name(value: str, what: str) -> str:
-    """``value`` if it is a valid id (non-empty, at most MAX_NAME_LEN characters); else ValueError
-    naming ``what``."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{what} must be a non-empty string")
-    if len(value) > MAX_NAME_LEN:
-        raise ValueError(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LEN}")
-    return value
-
-
-def _check_steps(steps: dict[str, int | None]) -> dict[str, int | None]:
-    if len(steps) > MAX_AGENTS:
-        raise ValueError(f"steps names {len(steps)} agents; the limit is {MAX_AGENTS}")
-    for agent, value in steps.items():
-        check_name(agent, "agent name in steps")
-        if value is not None and value < 0:
-            raise ValueError(f"steps[{agent!r}] is {value}; steps-to-execution must be >= 0 or null")
-    return steps
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    # ``steps`` in Python: agent -> float, ``math.inf`` for "not expected again" (what a tracker
+    # gives). On the wire and in model_dump(): ``null`` for inf, JSON integers for integral values,
+    # so ``{"coder": 0.0, "qa": 1.0, "pm": inf}`` is sent as ``{"coder": 0, "qa": 1, "pm": null}``.
+    # Either form is accepted on input; check_steps is the one validator.
+    @field_validator("steps", mode="before", check_fields=False)
+    @classmethod
+    def _v_steps(cls, value: Any) -> dict[str, float]:
+        return check_steps(value)
+
+    @field_serializer("steps", check_fields=False)
+    def _s_steps(self, steps: dict[str, float]) -> dict[str, int | float | None]:
+        return steps_as_json(steps)
 
 
 class KVFlowHint(_Strict):
@@ -74,40 +49,36 @@ class KVFlowHint(_Strict):
 
     ``fixed_prefix`` is how many leading chat messages are the agent's fixed prompt (or, for a
     raw-text prompt, how many characters); ``None`` lets the backend infer the boundary.
+    ``steps``: agent -> float (``math.inf``: not expected again); on the wire
+    ``{"coder": 0, "qa": 1, "pm": null}``.
     """
 
     workflow_id: str
     namespace: str = DEFAULT_NAMESPACE
     agent: str
-    steps: dict[str, int | None] = Field(default_factory=dict)
+    steps: dict[str, float] = Field(default_factory=dict)
     fixed_prefix: int | None = Field(default=None, ge=0)
 
     _v_ids = field_validator("workflow_id", "namespace", "agent")(
         lambda v, info: check_name(v, info.field_name)
     )
-    _v_steps = field_validator("steps")(lambda v: _check_steps(v))
 
 
 class StepsUpdate(_Strict):
     """Out-of-band update of a workflow's steps (``POST /kvflow/v1/steps``).
 
     ``done=True`` tells the backend the workflow has ended: it forgets every step it holds for it.
+    ``steps`` has the same two forms as :attr:`KVFlowHint.steps`.
     """
 
     workflow_id: str
     namespace: str = DEFAULT_NAMESPACE
-    steps: dict[str, int | None] = Field(default_factory=dict)
+    steps: dict[str, float] = Field(default_factory=dict)
     done: bool = False
 
     _v_ids = field_validator("workflow_id", "namespace")(
         lambda v, info: check_name(v, info.field_name)
     )
-    _v_steps = field_validator("steps")(lambda v: _check_steps(v))
-
-
-def steps_to_wire(steps: Mapping[str, float]) -> dict[str, int | None]:
-    """Convert tracker steps (floats, ``math.inf`` for never) into the wire form (ints, ``None``)."""
-    return {name: (None if math.isinf(v) else int(v)) for name, v in steps.items()}
 
 
 def attach_hint(body: dict[str, Any], hint: KVFlowHint, *, route: str = "openai") -> dict[str, Any]:

@@ -1,0 +1,42 @@
+"""The contract between the orchestrator and every kvflow backend.
+
+A leaf: it imports pydantic and the standard library only, so backends, servers and plugins can
+depend on it without loading the orchestrator.
+
+* :mod:`.wire` — :class:`KVFlowHint`, :class:`StepsUpdate`, where hints sit in request bodies, routes;
+* :mod:`.limits` — size limits and the one validator of ids and step maps;
+* :mod:`.errors` — :class:`HintError`;
+* :mod:`.sampling` — :class:`Sampling`, the sampling parameters of a call;
+* :mod:`.trace` — the record format of ``kvflow run --record``.
+"""
+
+from __future__ import annotations
+
+from .errors import HintError
+from .limits import DEFAULT_NAMESPACE, MAX_AGENTS, MAX_NAME_LEN, check_name, check_steps, steps_as_json
+from .sampling import Sampling
+from .trace import FORMAT_VERSION, CallRecord, NodeRecord, read_calls, write_calls
+from .wire import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_hint, extract_hint
+
+__all__ = [
+    "MAX_NAME_LEN",
+    "MAX_AGENTS",
+    "DEFAULT_NAMESPACE",
+    "STEPS_ROUTE",
+    "INFO_ROUTE",
+    "STATS_ROUTE",
+    "KVFlowHint",
+    "StepsUpdate",
+    "HintError",
+    "Sampling",
+    "check_name",
+    "check_steps",
+    "steps_as_json",
+    "attach_hint",
+    "extract_hint",
+    "FORMAT_VERSION",
+    "NodeRecord",
+    "CallRecord",
+    "write_calls",
+    "read_calls",
+]

@@ -1,0 +1,12 @@
+"""The one error the protocol raises."""
+
+from __future__ import annotations
+
+__all__ = ["HintError"]
+
+
+class HintError(ValueError):
+    """A hint or steps update that does not follow the protocol; the message names the field.
+
+    A ValueError, so pydantic validators may raise it and report the field it belongs to.
+    """

@@ -1,0 +1,69 @@
+"""Limits every kvflow message obeys, and the one validator of ids and step maps.
+
+Steps have one representation in Python: a mapping agent -> float, ``math.inf`` meaning "not
+expected to run again". On the wire (JSON) ``inf`` is ``null`` and every other value a plain
+number; integral values are JSON integers, so ``{"coder": 0.0, "qa": 1.0, "pm": inf}`` travels as
+``{"coder": 0, "qa": 1, "pm": null}``. :func:`check_steps` reads either form and returns the Python
+one; :func:`steps_as_json` writes the wire one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from .errors import HintError
+
+__all__ = ["MAX_NAME_LEN", "MAX_AGENTS", "DEFAULT_NAMESPACE", "check_name", "check_steps", "steps_as_json"]
+
+MAX_NAME_LEN = 256
+MAX_AGENTS = 4096
+DEFAULT_NAMESPACE = "default"
+
+
+def check_name(value: Any, what: str) -> str:
+    """``value`` if it is a valid id (non-empty string, at most MAX_NAME_LEN characters); else
+    :class:`HintError` naming ``what``."""
+    if not isinstance(value, str) or not value:
+        raise HintError(f"{what} must be a non-empty string")
+    if len(value) > MAX_NAME_LEN:
+        raise HintError(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LEN}")
+    return value
+
+
+def check_steps(steps: Any) -> dict[str, float]:
+    """A step map in its Python form: agent -> float, ``None`` read as ``math.inf``.
+
+    Values are non-negative numbers (integral or not, ``inf`` included) or ``None``; bool, NaN,
+    negative and non-numeric values, empty or over-long names and more than MAX_AGENTS agents
+    raise :class:`HintError` naming the entry at fault as a field path (``steps.<agent>``), as
+    pydantic names fields. Key order is kept.
+    """
+    if not isinstance(steps, Mapping):
+        raise HintError(f"steps must be an object mapping agent names to numbers, got {type(steps).__name__}")
+    if len(steps) > MAX_AGENTS:
+        raise HintError(f"steps names {len(steps)} agents; the limit is {MAX_AGENTS}")
+    out: dict[str, float] = {}
+    for agent, value in steps.items():
+        check_name(agent, "agent name in steps")
+        if value is None:
+            out[agent] = math.inf
+            continue
+        # bool is an int subclass, but True steps is a caller's mistake, not 1.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise HintError(f"steps.{agent} is {value!r}; expected a number >= 0 or null")
+        if value < 0:
+            raise HintError(f"steps.{agent} is {value}; steps-to-execution must be >= 0 or null")
+        out[agent] = float(value)
+    return out
+
+
+def steps_as_json(steps: Mapping[str, float]) -> dict[str, int | float | None]:
+    """The wire form of a (validated) step map: ``None`` for ``inf``, ints for integral values.
+
+    Plain data, so it also suits msgpack/pickle messages that must not carry pydantic models.
+    """
+    return {
+        agent: None if math.isinf(value) else int(value) if float(value).is_integer() else value
+        for agent, value in steps.items()
+    }
