@@ -4,8 +4,9 @@
 
 Measured side by side in one run:
 
-* hint building: the runtime's own ``hint_for`` (tracker.agent_steps() for all agents, conversion to
-  the wire form, KVFlowHint validation) while a node of the 100-agent sequential workflow runs;
+* hint building: one tracker transition (the running node finishes, the next starts, so the steps
+  are solved again) plus the hint builder every driver uses (``WorkflowHints.hint``: agent_steps()
+  for all agents, KVFlowHint validation), walking round the 100-agent sequential loop;
 * injection: ``attach_hint`` into an OpenAI chat body plus the JSON encoding the HTTP client does;
 * whole runtime per call: a full ``arun`` of the workflow (task start, state snapshot, router, merge,
   hint, trace record) against a client that answers instantly, divided by the number of calls, so
@@ -22,7 +23,8 @@ import time
 
 from kvflow_orch.clients.base import LLMClient, LLMReply
 from kvflow_orch.protocol import attach_hint
-from kvflow_orch.runtime import _Execution, arun
+from kvflow_orch.hinting import WorkflowHints
+from kvflow_orch.runtime import arun
 from workflows.synthetic import synthetic
 
 TARGET_MS = 0.5
@@ -71,18 +73,21 @@ def main() -> None:
 
     wf = synthetic(n_agents=args.agents, fixed=64, dynamic=8, output=4, rounds=1)
     asg = wf.compile()
-    run_ = _Execution(asg, InstantClient(), "bench-wf", "bench", 10**9, None)
-    middle = f"s{args.agents // 2:02d}"
-    for i in range(args.agents // 2):  # advance to the middle of the workflow, a node running
-        run_.tracker.start(f"s{i:02d}")
-        run_.tracker.finish(f"s{i:02d}")
-    run_.tracker.start(middle)
+    tracker, hints = asg.tracker(), WorkflowHints("bench-wf", "bench")
+    names = [f"s{i:02d}" for i in range(args.agents)]
+    position = [0]
+    tracker.start(names[0])
 
     def build() -> None:
-        run_.tracker._cache = None  # a new transition invalidates the cache before every call
-        run_.hint_for(middle)
+        i = position[0]
+        nxt = (i + 1) % len(names)
+        tracker.finish(names[i], goto=names[nxt] if nxt == 0 else None)  # the last stage loops back
+        tracker.start(names[nxt])
+        position[0] = nxt
+        hints.hint(tracker, names[nxt], fixed_prefix=1)
 
-    hint = run_.hint_for(middle)
+    build()
+    hint = hints.hint(tracker, names[position[0]], fixed_prefix=1)
     body = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], "max_tokens": 4}
 
     def inject() -> None:
