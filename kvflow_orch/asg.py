@@ -121,7 +121,7 @@ class AgentStepGraph:
             joins=wf.joins,
             branches=wf.branches,
             reducers=wf.reducers,
-            duplicates=wf._duplicates,
+            duplicates=wf.duplicates,
         )
 
     @classmethod

@@ -53,7 +53,7 @@ class Workflow:
         self.joins: list[tuple[tuple[str, ...], str]] = []
         self.branches: list[Branch] = []
         self.reducers: dict[str, Reducer] = {**_reducers_from_schema(state), **(reducers or {})}
-        self._duplicates: list[str] = []
+        self.duplicates: list[str] = []  # names added twice; compile() reports them with every other problem
 
     # ----------------------------------------------------------------- nodes
     def add_agent(
@@ -113,7 +113,7 @@ class Workflow:
             raise WorkflowError(f"node names must be non-empty strings, got {node.name!r}")
         if node.name in self.nodes:
             # Recorded rather than raised so compile() reports every problem the same way.
-            self._duplicates.append(node.name)
+            self.duplicates.append(node.name)
         else:
             self.nodes[node.name] = node
         return self
