@@ -95,12 +95,12 @@ def prefetch_step(cache: Any, state: KVFlowState | None = None) -> int:
 
     state = state or get_state()
     retire_finished(cache, state)
-    if not state.config.prefetch or state.config.max_inflight_loads == 0:
+    if not state.config.cache.prefetch or state.config.cache.max_inflight_loads == 0:
         return 0
     started = 0
     core = cache.tree_core
     for steps, ref in state.agents_due():
-        if len(state.inflight) >= state.config.max_inflight_loads or not _slot_free(cache, state):
+        if len(state.inflight) >= state.config.cache.max_inflight_loads or not _slot_free(cache, state):
             break
         prefix = state.prefixes.get(ref)
         if prefix is None:

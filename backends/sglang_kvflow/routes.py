@@ -80,8 +80,8 @@ def info_payload(server_args: Any) -> dict[str, Any]:
         "protocol": PROTOCOL_VERSION,
         "sglang_version": sglang.__version__,
         "policy": policy,
-        "prefetch": bool(config and config.prefetch and hicache),
-        "prefetch_lookahead": config.prefetch_lookahead if config else None,
+        "prefetch": bool(config and config.cache.prefetch and hicache),
+        "prefetch_lookahead": config.cache.prefetch_lookahead if config else None,
         "tiers": ["device", "host"] if hicache else ["device"],
         "hicache_write_policy": getattr(server_args, "hicache_write_policy", None) if hicache else None,
         "capacities": {
