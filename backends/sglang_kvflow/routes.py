@@ -11,6 +11,7 @@ SGLang's own middleware (``--api-key``) covers these routes like every other.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from fastapi import Request
@@ -59,6 +60,7 @@ async def post_steps(request: Request) -> JSONResponse:
         return _not_running()
     await manager._async_dispatch_to_scheduler(KVFlowStepsReq(
         workflow_id=update.workflow_id, namespace=update.namespace, steps=steps_as_json(update.steps), done=update.done,
+        sent_at=time.time(),
     ))
     return JSONResponse({"ok": True, "workflow_id": update.workflow_id, "agents": len(update.steps),
                          "done": update.done})

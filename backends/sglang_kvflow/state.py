@@ -3,7 +3,8 @@ prefetches and counters.
 
 One scheduler process owns one tree cache, so the state is a process-wide singleton. Every
 tensor-parallel rank builds the same state because every update reaches it through the scheduler's
-own input path (requests and registered messages are broadcast from rank 0), never a side channel.
+own input path (requests and registered messages are broadcast from rank 0), never a side channel,
+and hints expire by the stamps those messages carry (:class:`MessageClock`), never a rank's clock.
 """
 
 from __future__ import annotations
