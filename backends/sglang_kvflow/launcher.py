@@ -27,7 +27,7 @@ from typing import Sequence
 
 from . import DISABLE_ENV, POLICY_NAME, TREE_CORE_ENV
 
-__all__ = ["LaunchPlan", "build_command", "plan_from_args", "main", "TREE_CORES"]
+__all__ = ["LaunchPlan", "build_command", "plan_from_args", "parse_args", "main", "TREE_CORES"]
 
 BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
 TREE_CORES = ("python", "rust")
@@ -131,7 +131,9 @@ def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:
         return 130
 
 
-def _standalone(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """The standalone launcher's flags (``kvflow serve --engine sglang``'s, plus ``--tree-core``);
+    unknown flags are returned for SGLang."""
     parser = argparse.ArgumentParser(prog="python -m backends.sglang_kvflow.launcher",
                                      description="SGLang with the kvflow plugin (same flags as kvflow serve --engine sglang)")
     parser.add_argument("--model", required=True)
@@ -145,7 +147,11 @@ def _standalone(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tree-core", choices=TREE_CORES,
                         help="SGLang's radix tree core (kvflow needs python; give stock runs the same)")
     parser.add_argument("--dry-run", action="store_true", help="print the environment and command, start nothing")
-    args, extra = parser.parse_known_args(argv)
+    return parser.parse_known_args(argv)
+
+
+def _standalone(argv: Sequence[str] | None = None) -> int:
+    args, extra = parse_args(argv)
     if args.dry_run:
         try:
             plan = plan_from_args(args, extra)
