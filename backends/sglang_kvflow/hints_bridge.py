@@ -3,8 +3,9 @@ out-of-band steps updates and stats queries.
 
 Placement (kvflow_orch/protocol/wire.py): ``/generate`` bodies carry the hint as
 ``sampling_params.custom_params.kvflow``; ``/v1/*`` bodies as a top-level ``custom_params.kvflow``,
-which SGLang copies into ``sampling_params.custom_params``. So one reader serves both routes once
-the request reaches the tokenizer manager (validation, 400 on a bad hint) and the scheduler (apply).
+which SGLang copies into ``sampling_params.custom_params``. So one hook in the tokenizer manager
+serves both routes (validation, 400 on a bad hint, then the flat form below), and the scheduler
+applies the flat form.
 
 What reaches the scheduler is flat. SGLang declares ``custom_params`` values as scalars, lists of
 scalars or flat dicts of scalars, and with msgpack IPC (``SGLANG_USE_PICKLE_IPC=0``) the scheduler's
