@@ -89,23 +89,49 @@ def _host_only_path(core: Any, anchor_id: Any) -> list[Any]:
     return nodes
 
 
-def prefetch_step(cache: Any, state: KVFlowState | None = None) -> int:
-    """One scheduler iteration of prefetching; returns how many loads it started."""
+def _match_quietly(cache: Any, key: Any) -> Any:
+    """``cache.match_prefix(key)`` without its side effect on recency: SGLang stamps every node on
+    the matched path as just used, and looking at a prefix to prefetch it is no use of it (LRU
+    order among equally hinted nodes must not change). A node the match splits off keeps the time
+    of the node it was split from."""
     from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 
+    core = cache.tree_core
+    before: dict[int, tuple[Any, float]] = {}
+    node, offset = core.root_node, 0
+    while offset < len(key):
+        child = node.children.get(key.child_key_at(offset, cache.page_size))
+        if child is None:
+            break
+        before[id(child)] = (child, child.last_access_time)
+        matched = child.key.match_at(key, offset, page_size=cache.page_size)
+        if matched < len(child.key):
+            break
+        node, offset = child, offset + matched
+    match = cache.match_prefix(MatchPrefixParams(key=key))
+    for old, stamp in before.values():
+        old.last_access_time = stamp
+        upper = old.parent
+        if upper is not None and id(upper) not in before and upper is not core.root_node:
+            upper.last_access_time = stamp  # split off ``old`` by this match
+    return match
+
+
+def prefetch_step(cache: Any, state: KVFlowState | None = None) -> int:
+    """One scheduler iteration of prefetching; returns how many loads it started."""
     state = state or get_state()
     retire_finished(cache, state)
-    if not state.config.prefetch or state.config.max_inflight_loads == 0:
+    if not state.config.cache.prefetch or state.config.cache.max_inflight_loads == 0:
         return 0
     started = 0
     core = cache.tree_core
     for steps, ref in state.agents_due():
-        if len(state.inflight) >= state.config.max_inflight_loads or not _slot_free(cache, state):
+        if len(state.inflight) >= state.config.cache.max_inflight_loads or not _slot_free(cache, state):
             break
         prefix = state.prefixes.get(ref)
         if prefix is None:
             continue
-        match = cache.match_prefix(MatchPrefixParams(key=prefix_radix_key(cache, prefix)))
+        match = _match_quietly(cache, prefix_radix_key(cache, prefix))
         if match.host_hit_length <= 0:
             continue
         anchor = match.best_match_node

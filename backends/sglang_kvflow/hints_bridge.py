@@ -3,12 +3,21 @@ out-of-band steps updates and stats queries.
 
 Placement (kvflow_orch/protocol/wire.py): ``/generate`` bodies carry the hint as
 ``sampling_params.custom_params.kvflow``; ``/v1/*`` bodies as a top-level ``custom_params.kvflow``,
-which SGLang copies into ``sampling_params.custom_params``. So one reader serves both routes once
-the request reaches the tokenizer manager (validation, 400 on a bad hint) and the scheduler (apply).
+which SGLang copies into ``sampling_params.custom_params``. So one hook in the tokenizer manager
+serves both routes (validation, 400 on a bad hint, then the flat form below), and the scheduler
+applies the flat form.
 
-The HTTP side adds ``custom_params["kvflow_fixed_tokens"]``: the fixed-prefix boundary in tokens,
-computed from the hint's ``fixed_prefix`` (characters of a text prompt, or leading chat messages
-rendered with the chat template). Without it the scheduler uses backends/kvcache's segmentation.
+What reaches the scheduler is flat. SGLang declares ``custom_params`` values as scalars, lists of
+scalars or flat dicts of scalars, and with msgpack IPC (``SGLANG_USE_PICKLE_IPC=0``) the scheduler's
+decoder rejects anything deeper, so the HTTP side rewrites the documented nested hint
+(``custom_params.kvflow.steps`` is two levels down) into :data:`SCHEDULER_KEYS`:
+
+* ``kvflow_hint``: ``{"workflow_id", "namespace", "agent", "sent_at"}``; ``sent_at`` is the HTTP
+  side's wall clock, the time every TP rank expires hints by (:class:`~.state.MessageClock`);
+* ``kvflow_steps``: the steps in wire form (numbers, ``None`` for never);
+* ``kvflow_fixed_tokens``: the fixed-prefix boundary in tokens, computed from the hint's
+  ``fixed_prefix`` (characters of a text prompt, or leading chat messages rendered with the chat
+  template). Without it the scheduler uses backends/kvcache's segmentation.
 
 Messages are msgspec structs registered with ``hook_custom_types`` in every process, and reach the
 scheduler through its request socket, so rank 0 broadcasts them to all TP ranks in the same
@@ -18,18 +27,20 @@ iteration: every rank applies the same update (eviction is decided per rank and 
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, NamedTuple, Optional
 
 from sglang.srt.managers.io_struct import BaseReq, hook_custom_types
 
 from backends.kvcache.segment import common_prefix_len
-from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate, extract_hint
+from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate, extract_hint, steps_as_json
 
 from .state import get_state
 
 __all__ = [
-    "FIXED_TOKENS_KEY", "KVFlowStepsReq", "KVFlowStatsReq", "KVFlowStatsReqOutput",
+    "FIXED_TOKENS_KEY", "HINT_KEY", "STEPS_KEY", "SCHEDULER_KEYS", "SchedulerHint", "flatten_for_scheduler",
+    "KVFlowStepsReq", "KVFlowStatsReq", "KVFlowStatsReqOutput",
     "read_request_hint", "parse_custom_params", "register_message_types",
     "validate_generate_request", "install_scheduler_handlers", "install_stats_communicator",
     "fixed_tokens_for_text", "fixed_tokens_for_messages", "mark_chat_boundary",
@@ -38,6 +49,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FIXED_TOKENS_KEY = "kvflow_fixed_tokens"
+HINT_KEY = "kvflow_hint"
+STEPS_KEY = "kvflow_steps"
+SCHEDULER_KEYS = (HINT_KEY, STEPS_KEY, FIXED_TOKENS_KEY)
 
 
 class KVFlowStepsReq(BaseReq, kw_only=True):
@@ -50,6 +64,7 @@ class KVFlowStepsReq(BaseReq, kw_only=True):
     namespace: str
     steps: Dict[str, Optional[float]]
     done: bool = False
+    sent_at: Optional[float] = None  # the HTTP side's clock (see MessageClock)
 
 
 class KVFlowStatsReq(BaseReq, kw_only=True):
@@ -73,6 +88,9 @@ def parse_custom_params(custom_params: Any) -> tuple[KVFlowHint, int | None] | N
     if not isinstance(custom_params, Mapping):
         raise HintError("custom_params must be an object")
     hint = extract_hint({"custom_params": custom_params}, route="openai")
+    forged = sorted(k for k in (HINT_KEY, STEPS_KEY) if k in custom_params)
+    if forged:
+        raise HintError(f"custom_params.{forged[0]} is set by the server; send the hint as custom_params.kvflow")
     if hint is None:
         return None
     explicit = custom_params.get(FIXED_TOKENS_KEY)
@@ -81,13 +99,47 @@ def parse_custom_params(custom_params: Any) -> tuple[KVFlowHint, int | None] | N
     return hint, explicit
 
 
-def read_request_hint(custom_params: Any) -> tuple[KVFlowHint, int | None] | None:
-    """Scheduler-side reader: a hint the HTTP side let through is applied; anything else (a
-    request that bypassed the HTTP checks, e.g. the offline Engine) is ignored, never fatal."""
-    try:
-        return parse_custom_params(custom_params)
-    except HintError:
+def flatten_for_scheduler(custom_params: Mapping[str, Any], hint: KVFlowHint, fixed_tokens: int | None,
+                          sent_at: float) -> dict[str, Any]:
+    """``custom_params`` with the nested hint replaced by the flat :data:`SCHEDULER_KEYS` (other
+    keys are kept as they are)."""
+    out = {k: v for k, v in custom_params.items() if k not in ("kvflow", FIXED_TOKENS_KEY)}
+    out[HINT_KEY] = {"workflow_id": hint.workflow_id, "namespace": hint.namespace, "agent": hint.agent,
+                     "sent_at": sent_at}
+    out[STEPS_KEY] = steps_as_json(hint.steps)
+    if fixed_tokens is not None:
+        out[FIXED_TOKENS_KEY] = fixed_tokens
+    return out
+
+
+class SchedulerHint(NamedTuple):
+    """What the scheduler reads from a request: the hint, the explicit boundary, the stamp."""
+
+    hint: KVFlowHint
+    fixed_tokens: int | None
+    sent_at: float | None
+
+
+def read_request_hint(custom_params: Any) -> SchedulerHint | None:
+    """Scheduler-side reader of the flat form. A malformed one (a request that bypassed the HTTP
+    side, e.g. sent over the scheduler's socket by another client) is ignored, never fatal."""
+    if not isinstance(custom_params, Mapping):
         return None
+    head, steps = custom_params.get(HINT_KEY), custom_params.get(STEPS_KEY)
+    if not isinstance(head, Mapping):
+        return None
+    try:
+        hint = KVFlowHint(workflow_id=head.get("workflow_id"), namespace=head.get("namespace"),
+                          agent=head.get("agent"), steps=steps if steps is not None else {})
+    except ValueError:  # pydantic's ValidationError and HintError are both ValueErrors
+        return None
+    explicit = custom_params.get(FIXED_TOKENS_KEY)
+    if isinstance(explicit, bool) or not isinstance(explicit, int) or explicit < 0:
+        explicit = None
+    sent_at = head.get("sent_at")
+    if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
+        sent_at = None
+    return SchedulerHint(hint, explicit, sent_at)
 
 
 def fixed_tokens_for_text(tokenizer: Any, text: str, fixed_chars: int) -> int:
@@ -146,8 +198,10 @@ def _sampling_dicts(obj: Any) -> list[dict]:
 
 def validate_generate_request(tokenizer_manager: Any, obj: Any, *_: Any, **__: Any) -> None:
     """BEFORE ``TokenizerManager.generate_request`` (both /generate and /v1/* pass here): reject a
-    malformed hint with a ValueError, which SGLang answers with HTTP 400 and the message."""
+    malformed hint with a ValueError, which SGLang answers with HTTP 400 and the message, and
+    rewrite a good one into the flat form the scheduler's msgpack decoder accepts."""
     text = getattr(obj, "text", None)
+    sent_at = time.time()
     for sampling in _sampling_dicts(obj):
         parsed = parse_custom_params(sampling.get("custom_params"))
         if parsed is None:
@@ -155,15 +209,15 @@ def validate_generate_request(tokenizer_manager: Any, obj: Any, *_: Any, **__: A
         hint, explicit = parsed
         tokenizer = getattr(tokenizer_manager, "tokenizer", None)
         if explicit is None and hint.fixed_prefix is not None and isinstance(text, str) and tokenizer:
-            custom = dict(sampling["custom_params"])
-            custom[FIXED_TOKENS_KEY] = fixed_tokens_for_text(tokenizer, text, hint.fixed_prefix)
-            sampling["custom_params"] = custom
+            explicit = fixed_tokens_for_text(tokenizer, text, hint.fixed_prefix)
+        sampling["custom_params"] = flatten_for_scheduler(sampling["custom_params"], hint, explicit, sent_at)
     return None
 
 
 def handle_steps(scheduler: Any, msg: KVFlowStepsReq) -> None:
     update = StepsUpdate(workflow_id=msg.workflow_id, namespace=msg.namespace, steps=msg.steps, done=msg.done)
     state = get_state()
+    state.clock.advance(msg.sent_at)
     state.hints.apply_steps(update)
     state.counters["steps_updates"] += 1
     return None  # no reply: the HTTP route answered after validating

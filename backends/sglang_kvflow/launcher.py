@@ -2,11 +2,16 @@
 
     kvflow serve --engine sglang --model HF_DIR [--policy kvflow|lru] [--device-tokens N]
                  [--host-tokens M] [--no-prefetch] [--port P] [--host H] [--api-key K] [SGLANG FLAGS...]
+    python -m backends.sglang_kvflow.launcher (same flags) [--tree-core python|rust]
 
 ``kvflow`` (default): HiCache on, write-through, ``--radix-eviction-policy kvflow``, the plugin
 loaded in every SGLang process through its entry point. ``lru``: stock SGLang (the plugin stays
 off), for side-by-side comparisons; add ``--enable-hierarchical-cache`` for stock HiCache. Every
 flag kvflow does not know goes to SGLang unchanged, after ours, so it wins.
+
+The kvflow policy needs SGLang's Python radix tree core (it tags nodes); stock SGLang defaults to
+its Rust core. ``tree_core="python"`` runs a stock baseline on the same core, so a comparison
+measures the policy, not the core. SGLang chooses the core by environment variable only.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from typing import Sequence
 
 from . import DISABLE_ENV, POLICY_NAME, TREE_CORE_ENV
 
-__all__ = ["LaunchPlan", "build_command", "plan_from_args", "main"]
+__all__ = ["LaunchPlan", "build_command", "plan_from_args", "parse_args", "main", "TREE_CORES"]
 
 BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
+TREE_CORES = ("python", "rust")
 
 
 @dataclass(frozen=True)
@@ -46,12 +52,21 @@ def build_command(
     device_tokens: int | None = None,
     host_tokens: int | None = None,
     prefetch: bool = True,
+    tree_core: str | None = None,
     python: str = sys.executable,
 ) -> LaunchPlan:
     """Build the ``python -m sglang.launch_server`` command. Raises ValueError on a combination
-    SGLang cannot express."""
+    SGLang cannot express (or refuses at start-up)."""
     if policy not in (POLICY_NAME, "lru"):
         raise ValueError(f"policy must be 'kvflow' or 'lru', got {policy!r}")
+    if tree_core is not None and tree_core not in TREE_CORES:
+        raise ValueError(f"tree core must be one of {', '.join(TREE_CORES)}, got {tree_core!r}")
+    if policy == POLICY_NAME and tree_core == "rust":
+        raise ValueError("the kvflow policy needs the Python radix tree core (it tags tree nodes); "
+                         "use --tree-core python or --policy lru")
+    if policy == POLICY_NAME and host_tokens != 0 and "--disable-radix-cache" in extra_argv:
+        raise ValueError("--disable-radix-cache turns off the prefix cache kvflow manages, and SGLang refuses it "
+                         "with the hierarchical cache: drop it, or pass --host-tokens 0 (no host tier)")
     if model in BUILTIN_NAMES:
         raise ValueError(f"SGLang serves Hugging Face model directories, not the built-in {model!r}: "
                          f"write one with 'kvflow export-model {model} DIR' and pass --model DIR")
@@ -74,6 +89,8 @@ def build_command(
     else:
         argv += ["--radix-eviction-policy", "lru"]
         env[DISABLE_ENV] = "off"
+        if tree_core is not None:
+            env[TREE_CORE_ENV] = tree_core
     if api_key:
         argv += ["--api-key", api_key]
     argv += list(extra_argv)
@@ -91,6 +108,7 @@ def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> Launc
         device_tokens=getattr(args, "device_tokens", None),
         host_tokens=getattr(args, "host_tokens", None),
         prefetch=not getattr(args, "no_prefetch", False),
+        tree_core=getattr(args, "tree_core", None),
     )
 
 
@@ -113,7 +131,9 @@ def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:
         return 130
 
 
-def _standalone(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """The standalone launcher's flags (``kvflow serve --engine sglang``'s, plus ``--tree-core``);
+    unknown flags are returned for SGLang."""
     parser = argparse.ArgumentParser(prog="python -m backends.sglang_kvflow.launcher",
                                      description="SGLang with the kvflow plugin (same flags as kvflow serve --engine sglang)")
     parser.add_argument("--model", required=True)
@@ -124,7 +144,22 @@ def _standalone(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--api-key")
-    args, extra = parser.parse_known_args(argv)
+    parser.add_argument("--tree-core", choices=TREE_CORES,
+                        help="SGLang's radix tree core (kvflow needs python; give stock runs the same)")
+    parser.add_argument("--dry-run", action="store_true", help="print the environment and command, start nothing")
+    return parser.parse_known_args(argv)
+
+
+def _standalone(argv: Sequence[str] | None = None) -> int:
+    args, extra = parse_args(argv)
+    if args.dry_run:
+        try:
+            plan = plan_from_args(args, extra)
+        except ValueError as exc:
+            print(f"launcher: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps({"env": plan.env, "argv": plan.argv}))
+        return 0
     return main(args, extra)
 
 

@@ -11,6 +11,7 @@ SGLang's own middleware (``--api-key``) covers these routes like every other.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from fastapi import Request
@@ -59,6 +60,7 @@ async def post_steps(request: Request) -> JSONResponse:
         return _not_running()
     await manager._async_dispatch_to_scheduler(KVFlowStepsReq(
         workflow_id=update.workflow_id, namespace=update.namespace, steps=steps_as_json(update.steps), done=update.done,
+        sent_at=time.time(),
     ))
     return JSONResponse({"ok": True, "workflow_id": update.workflow_id, "agents": len(update.steps),
                          "done": update.done})
@@ -80,8 +82,8 @@ def info_payload(server_args: Any) -> dict[str, Any]:
         "protocol": PROTOCOL_VERSION,
         "sglang_version": sglang.__version__,
         "policy": policy,
-        "prefetch": bool(config and config.prefetch and hicache),
-        "prefetch_lookahead": config.prefetch_lookahead if config else None,
+        "prefetch": bool(config and config.cache.prefetch and hicache),
+        "prefetch_lookahead": config.cache.prefetch_lookahead if config else None,
         "tiers": ["device", "host"] if hicache else ["device"],
         "hicache_write_policy": getattr(server_args, "hicache_write_policy", None) if hicache else None,
         "capacities": {

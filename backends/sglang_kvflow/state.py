@@ -3,20 +3,21 @@ prefetches and counters.
 
 One scheduler process owns one tree cache, so the state is a process-wide singleton. Every
 tensor-parallel rank builds the same state because every update reaches it through the scheduler's
-own input path (requests and registered messages are broadcast from rank 0), never a side channel.
+own input path (requests and registered messages are broadcast from rank 0), never a side channel,
+and hints expire by the stamps those messages carry (:class:`MessageClock`), never a rank's clock.
 """
 
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from backends.kvcache.config import DEFAULT_HINT_TTL_S, namespace_cap
+from backends.kvcache.config import CacheConfig
 from backends.kvcache.hints import AgentRef, HintTable
 from backends.kvcache.segment import Segmenter
 
-__all__ = ["PluginConfig", "PrefixKey", "Inflight", "KVFlowState", "get_state", "configure", "reset_state", "COUNTERS"]
+__all__ = ["PluginConfig", "MessageClock", "UNSIZED_POOL", "PrefixKey", "Inflight", "KVFlowState", "get_state", "configure", "reset_state", "COUNTERS"]
 
 # Monotonic counters reported by GET /kvflow/v1/stats (names follow backends/kvcache's stats).
 COUNTERS = (
@@ -30,47 +31,77 @@ COUNTERS = (
 )
 
 
+# CacheConfig needs a device pool size, which a scheduler learns only once it has built its pools
+# (KVFlowState.use_device_pool); until then the nested config carries this placeholder.
+UNSIZED_POOL = 1
+# Options that are brain knobs: they go to the nested CacheConfig under the same names.
+CACHE_OPTIONS = ("prefetch", "prefetch_lookahead", "max_inflight_loads", "hint_ttl_s", "namespace_cap_tokens")
+
+
+def _plugin_cache_config() -> CacheConfig:
+    # The brain defaults to 4 loads in flight; SGLang tracks load-backs with 3 layer-done counters
+    # and reserved_load_slots keeps one for demand loads, so at most 2 prefetches can be in flight.
+    return CacheConfig(device_tokens=UNSIZED_POOL, max_inflight_loads=2)
+
+
 @dataclass(frozen=True)
 class PluginConfig:
     """Plugin knobs; they arrive as ``--radix-eviction-policy-config`` JSON, so every scheduler
-    process (and every TP rank) builds the same configuration from the server arguments. Knobs the
-    brain also has carry :class:`~backends.kvcache.CacheConfig`'s names and meaning.
+    process (and every TP rank) builds the same configuration from the server arguments.
 
-    * ``prefetch``: load fixed prefixes of agents within ``prefetch_lookahead`` steps ahead of
-      their calls.
-    * ``max_inflight_loads``: prefetch loads in flight at once.
+    * ``cache``: the brain's :class:`~backends.kvcache.CacheConfig` (validated there). The options
+      ``prefetch``, ``prefetch_lookahead``, ``max_inflight_loads``, ``hint_ttl_s`` and
+      ``namespace_cap_tokens`` set its fields of the same names; ``device_tokens`` is
+      :data:`UNSIZED_POOL` until the scheduler knows its pool (:meth:`sized`), so the default
+      namespace cap (half the device pool) applies from then on.
     * ``reserved_load_slots``: load slots (SGLang has 3 layer-done counters) left for demand loads.
-    * ``hint_ttl_s``: a workflow not updated for this long is forgotten (LRU order for its agents).
-    * ``namespace_cap_tokens``: most fixed-prefix tokens one namespace may protect (None: half the
-      device pool, as in backends/kvcache; applied once the scheduler knows its pool size).
     """
 
-    prefetch: bool = True
-    prefetch_lookahead: int = 1
-    # The brain defaults to 4; SGLang tracks load-backs with 3 layer-done counters and
-    # reserved_load_slots keeps one for demand loads, so at most 2 prefetches can be in flight.
-    max_inflight_loads: int = 2
+    cache: CacheConfig = field(default_factory=_plugin_cache_config)
     reserved_load_slots: int = 1
-    hint_ttl_s: float = DEFAULT_HINT_TTL_S
-    namespace_cap_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.prefetch_lookahead < 0 or self.max_inflight_loads < 0 or self.reserved_load_slots < 0:
-            raise ValueError("prefetch_lookahead, max_inflight_loads and reserved_load_slots must be >= 0")
-        if self.namespace_cap_tokens is not None and self.namespace_cap_tokens < 0:
-            raise ValueError(f"namespace_cap_tokens must be >= 0, got {self.namespace_cap_tokens}")
-        if not self.hint_ttl_s > 0:
-            raise ValueError(f"hint_ttl_s must be > 0, got {self.hint_ttl_s}")
+        if self.reserved_load_slots < 0:
+            raise ValueError(f"reserved_load_slots must be >= 0, got {self.reserved_load_slots}")
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "PluginConfig":
-        known = {f.name for f in fields(cls)}
+        known = {*CACHE_OPTIONS, "reserved_load_slots"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(
                 f"unknown kvflow policy option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
-        return cls(**options)
+        brain = {k: v for k, v in options.items() if k in CACHE_OPTIONS}
+        plugin = {k: v for k, v in options.items() if k not in CACHE_OPTIONS}
+        return cls(cache=replace(_plugin_cache_config(), **brain), **plugin)
+
+    def sized(self, device_tokens: int) -> "PluginConfig":
+        """This configuration with the scheduler's device pool size filled in."""
+        return replace(self, cache=replace(self.cache, device_tokens=device_tokens))
+
+    def as_options(self) -> dict[str, Any]:
+        """The options that build this configuration (what /kvflow/v1/stats reports)."""
+        return {**{name: getattr(self.cache, name) for name in CACHE_OPTIONS},
+                "reserved_load_slots": self.reserved_load_slots}
+
+
+class MessageClock:
+    """Time as carried by the scheduler's input messages: the latest ``sent_at`` stamp seen.
+
+    The HTTP side stamps every hinted request and steps update once, and every TP rank receives the
+    same messages in the same order, so every rank's hint table expires the same workflows at the
+    same message, whatever each rank's own clock says. Stamps never move the clock back."""
+
+    def __init__(self) -> None:
+        self._now = 0.0
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, stamp: float | None) -> None:
+        if stamp is not None and stamp > self._now:
+            self._now = float(stamp)
 
 
 class PrefixKey(NamedTuple):
@@ -94,9 +125,13 @@ class KVFlowState:
     is its only writer."""
 
     def __init__(self, config: PluginConfig | None = None) -> None:
-        self.config = config or PluginConfig()
-        self.hints = HintTable(ttl_s=self.config.hint_ttl_s, cap_tokens=self.config.namespace_cap_tokens)
-        self.segmenter = Segmenter()
+        self.options = config or PluginConfig()  # as configured; ``config`` gets the pool size
+        self.config = self.options
+        cache = self.config.cache
+        self.clock = MessageClock()
+        self.hints = HintTable(ttl_s=cache.hint_ttl_s, clock=self.clock.now, cap_tokens=cache.namespace_cap_tokens,
+                               max_workflows=cache.max_workflows, max_agents=cache.max_tracked_agents)
+        self.segmenter = Segmenter(history=cache.segment_history, max_agents=cache.max_tracked_agents)
         self.prefixes: OrderedDict[AgentRef, PrefixKey] = OrderedDict()
         # Token bound of the prefix table, as the segmentation history's (a client that names
         # many agents with long explicit prefixes would otherwise hold agents x context tokens).
@@ -106,10 +141,10 @@ class KVFlowState:
         self.counters: Counter[str] = Counter({name: 0 for name in COUNTERS})
 
     def use_device_pool(self, device_tokens: int) -> None:
-        """The scheduler's device pool size is known: apply the brain's default namespace cap
-        (:func:`~backends.kvcache.config.namespace_cap`) unless the options set one."""
-        if self.config.namespace_cap_tokens is None:
-            self.hints.set_cap(namespace_cap(None, device_tokens))
+        """The scheduler's device pool size is known: size the nested CacheConfig and apply its
+        namespace cap (:func:`~backends.kvcache.config.namespace_cap`: the option, else half the pool)."""
+        self.config = self.options.sized(device_tokens)
+        self.hints.set_cap(self.config.cache.effective_namespace_cap)
 
     def remember_prefix(self, ref: AgentRef, prefix: PrefixKey) -> None:
         """Where ``ref``'s fixed prefix lives (for prefetch); bounded in agents like the hint table
@@ -132,14 +167,14 @@ class KVFlowState:
             "workflows": self.hints.workflow_count,
             "agents_with_prefix": len(self.prefixes),
             "prefetch_inflight": len(self.inflight),
-            "config": asdict(self.config),
+            "config": self.config.as_options(),
         }
 
     def agents_due(self) -> list[tuple[float, AgentRef]]:
         """Agents with a tagged fixed prefix within the prefetch lookahead, most urgent first
         (the hint table's own candidate list: O(agents with a prefix), not O(agents named))."""
         self.hints.expire()
-        return self.hints.due(self.config.prefetch_lookahead)
+        return self.hints.due(self.config.cache.prefetch_lookahead)
 
 
 _STATE = KVFlowState()
@@ -153,7 +188,7 @@ def configure(config: PluginConfig) -> KVFlowState:
     """Use ``config``: keeps the current state when the configuration is unchanged (SGLang builds
     the strategy once per tree), else starts a fresh one."""
     global _STATE
-    if config != _STATE.config:
+    if config != _STATE.options:
         _STATE = KVFlowState(config)
     return _STATE
 

@@ -46,9 +46,10 @@ def on_request_queued(scheduler: Any, req: Any, is_retracted: bool = False, *_: 
     found = read_request_hint(getattr(req.sampling_params, "custom_params", None))
     if found is None:
         return
-    hint, explicit_tokens = found
+    hint, explicit_tokens, sent_at = found
     state = get_state()
     ref: AgentRef = (hint.namespace, hint.agent)
+    state.clock.advance(sent_at)
     state.hints.apply_hint(hint)
     state.counters["hinted_requests"] += 1
     fixed_len = state.segmenter.observe(ref, req.origin_input_ids, explicit_tokens)

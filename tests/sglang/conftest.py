@@ -84,9 +84,18 @@ class CacheRig:
         self._rid = 0
 
     def make_req(self, tokens: list[int], custom_params: dict | None = None) -> Any:
+        """A scheduler ``Req``; a nested ``custom_params.kvflow`` hint first takes the HTTP side's
+        path (validation, then the flat form the scheduler receives)."""
+        from sglang.srt.managers.io_struct import GenerateReqInput
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
+        from backends.sglang_kvflow.hints_bridge import validate_generate_request
+
+        if custom_params is not None and "kvflow" in custom_params:
+            obj = GenerateReqInput(input_ids=tokens, sampling_params={"custom_params": custom_params})
+            validate_generate_request(None, obj)
+            custom_params = obj.sampling_params["custom_params"]
         self._rid += 1
         req = Req(rid=str(self._rid), origin_input_text="", origin_input_ids=array("q", tokens),
                   sampling_params=SamplingParams(temperature=0, max_new_tokens=1, custom_params=custom_params))

@@ -39,6 +39,7 @@ def test_parse_custom_params_reads_the_hint(plugin):
     ({"kvflow": {"workflow_id": "w", "agent": "a", "steps": {f"x{i}": 1 for i in range(5000)}}}, "limit"),
     ({"kvflow": "coder"}, "kvflow"),
     ({**GOOD, "kvflow_fixed_tokens": -3}, "kvflow_fixed_tokens"),
+    ({**GOOD, "kvflow_hint": {"agent": "x", "sent_at": 1e12}}, "kvflow_hint"),  # set by the server only
 ])
 def test_parse_custom_params_rejects_bad_hints_clearly(plugin, custom_params, names):
     from backends.sglang_kvflow.hints_bridge import parse_custom_params
@@ -84,8 +85,10 @@ def test_generate_request_hook_validates_and_computes_the_token_boundary(plugin)
     hint = {"kvflow": {**GOOD["kvflow"], "fixed_prefix": len(system)}}
     obj = GenerateReqInput(text=text, sampling_params={"max_new_tokens": 4, "custom_params": hint})
     validate_generate_request(manager, obj)
-    assert obj.sampling_params["custom_params"][FIXED_TOKENS_KEY] == 6  # you are a careful reviewer .
-    assert obj.sampling_params["custom_params"]["kvflow"] == hint["kvflow"]
+    flat = obj.sampling_params["custom_params"]
+    assert flat[FIXED_TOKENS_KEY] == 6  # you are a careful reviewer .
+    assert "kvflow" not in flat  # the nested form never reaches the scheduler
+    assert flat["kvflow_hint"]["agent"] == "coder" and flat["kvflow_steps"] == {"coder": 0, "qa": 2}
 
 
 def test_chat_hook_turns_fixed_messages_into_prompt_tokens(plugin):
@@ -122,7 +125,7 @@ def test_the_hint_of_a_queued_request_updates_the_table(make_rig, state):
     on_request_queued(None, req)
     assert state.hints.steps(("app", "qa")) == 2 and state.hints.steps(("app", "coder")) == 0
     assert state.counters["hinted_requests"] == 1
-    on_request_queued(None, rig.make_req([5, 6], {"kvflow": {"agent": 3}}))  # bypassed the HTTP check
+    on_request_queued(None, rig.make_req([5, 6], {"kvflow_hint": {"agent": 3}}))  # bypassed the HTTP check
     assert state.counters["hinted_requests"] == 1  # ignored in the scheduler, never fatal
 
 
@@ -281,3 +284,51 @@ def test_routes_answer_503_before_the_tokenizer_manager_runs(plugin):
             assert r.status_code == 503 and "not running" in r.json()["error"]["message"], (path, r.text)
     finally:
         http_server.set_global_state(previous)
+
+
+# ---- tensor parallelism: every rank expires hints alike ----------------------------------------
+def test_ranks_fed_the_same_messages_at_different_wall_times_evict_identically(plugin):
+    """TP ranks receive the same broadcast messages, each at its own time: expiry follows the
+    stamps the HTTP side put in the messages, never a rank's own clock."""
+    import time
+    from types import SimpleNamespace
+
+    from backends.kvcache.policy import kvflow_key
+    from backends.sglang_kvflow.hints_bridge import KVFlowStepsReq, flatten_for_scheduler, handle_steps
+    from backends.sglang_kvflow.state import PluginConfig, reset_state
+    from backends.sglang_kvflow.tags import on_request_queued
+    from kvflow_orch.protocol import KVFlowHint
+
+    t0 = 1_000_000.0
+
+    def request(workflow_id, agent, steps, sent_at):
+        hint = KVFlowHint(workflow_id=workflow_id, namespace="app", agent=agent, steps=steps)
+        params = flatten_for_scheduler({}, hint, 4, sent_at)
+        return SimpleNamespace(sampling_params=SimpleNamespace(custom_params=params), origin_input_ids=[1, 2, 3, 4])
+
+    def messages():  # fresh objects per rank, as each rank decodes its own copy
+        return [request("old", "planner", {"planner": 0, "coder": 1}, t0),
+                request("new", "coder", {"coder": 0, "qa": 2}, t0 + 400),
+                KVFlowStepsReq(workflow_id="new", namespace="app", steps={"coder": 1, "qa": 0}, sent_at=t0 + 650)]
+
+    def rank(pause_s):
+        state = reset_state(PluginConfig.from_options({"hint_ttl_s": 600}))
+        for msg in messages():
+            time.sleep(pause_s)
+            if isinstance(msg, KVFlowStepsReq):
+                handle_steps(None, msg)
+            else:
+                on_request_queued(None, msg)
+        state.agents_due()  # what each scheduler iteration runs: expiry, then prefetch candidates
+        agents = [("app", a) for a in ("planner", "coder", "qa")]
+        return ({ref: state.hints.steps(ref) for ref in agents}, state.hints.workflow_count,
+                sorted(agents, key=lambda ref: kvflow_key({ref}, state.hints, 0.0)))
+
+    fast, slow = rank(0.0), rank(0.05)
+    reset_state()
+    assert fast == slow
+    steps, workflows, order = fast
+    # "old" was last stamped 650 s before the latest message: expired on every rank alike
+    assert workflows == 1 and steps[("app", "planner")] == float("inf")
+    assert steps[("app", "coder")] == 1 and steps[("app", "qa")] == 0
+    assert order == [("app", "planner"), ("app", "coder"), ("app", "qa")]

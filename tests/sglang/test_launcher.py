@@ -50,10 +50,21 @@ def test_no_prefetch_api_key_and_no_host_tier():
     ({"model": "smollm2-135m"}, "export-model"),
     ({"model": "/m", "host_tokens": 10}, "--device-tokens"),
     ({"model": "/m", "policy": "fifo"}, "policy"),
+    ({"model": "/m", "tree_core": "rust"}, "Python radix tree core"),
+    ({"model": "/m", "policy": "lru", "tree_core": "c++"}, "tree core"),
+    ({"model": "/m", "extra_argv": ["--disable-radix-cache"]}, "--host-tokens 0"),
 ])
 def test_bad_combinations_are_refused_clearly(kwargs, message):
     with pytest.raises(ValueError, match=message):
         build_command(**kwargs)
+
+
+def test_a_stock_baseline_can_run_on_the_python_tree_core_kvflow_needs():
+    stock = build_command("/m", policy="lru", tree_core="python")
+    assert stock.env == {"KVFLOW_SGLANG_PLUGIN": "off", "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
+    assert build_command("/m", policy="lru").env == {"KVFLOW_SGLANG_PLUGIN": "off"}  # SGLang's default core
+    no_host = build_command("/m", ["--disable-radix-cache"], device_tokens=100, host_tokens=0)
+    assert "--enable-hierarchical-cache" not in no_host.argv
 
 
 def test_plan_from_serve_arguments_and_usage_errors(capsys):
@@ -74,3 +85,12 @@ def test_sglang_parses_the_command_line(plugin):
     assert server_args.radix_eviction_policy == "kvflow"
     assert server_args.enable_hierarchical_cache and server_args.hicache_write_policy == "write_through"
     assert server_args.max_total_tokens == 4096 and server_args.mem_fraction_static == 0.5
+
+    # SGLang's start-up check refuses --disable-radix-cache with the host tier, which is why
+    # build_command refuses it first, with the way out; with the host tier off SGLang accepts it.
+    from sglang.srt.arg_groups.kv_cache_hook import handle_cache_compatibility
+
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        handle_cache_compatibility(prepare_server_args([*argv[3:], "--disable-radix-cache"]))
+    argv = build_command("/m", ["--disable-radix-cache"], device_tokens=4096, host_tokens=0).argv
+    handle_cache_compatibility(prepare_server_args(argv[3:]))

@@ -153,3 +153,32 @@ def test_untagged_requests_are_never_blocked(make_rig, state):
     assert not is_ready(rig.cache, _match(rig, FIXED).last_device_node)
     assert is_ready(rig.cache, _match(rig, [7, 7, 7, 7]).last_device_node)
     assert is_ready(rig.cache, None)
+
+
+def test_looking_for_a_prefix_to_prefetch_leaves_recency_alone(make_rig, state):
+    """SGLang's match_prefix stamps the matched path as just used; a prefetch's look-up is no use
+    of the prefix, so LRU order among equally hinted nodes stays as the requests left it."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    from backends.sglang_kvflow.hicache_prefetch import prefetch_step
+    from backends.sglang_kvflow.tags import on_request_queued
+
+    rig = make_rig(size=32, policy="kvflow", hicache=True)
+    req = rig.make_req(FIXED + [50], _hint("A", {"A": 1}))
+    on_request_queued(None, req)
+    rig.run_req(req)
+    rig.cache.evict(EvictParams(num_tokens=32))
+    rig.run_req(rig.make_req([7, 7, 7, 7]))  # used after A: the more recent of the two
+
+    def times():
+        out, stack = {}, list(rig.cache.tree_core.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            out[tuple(node.key.token_ids[:2])] = node.last_access_time
+        return out
+
+    before = times()
+    assert prefetch_step(rig.cache) == 1
+    assert times() == before
+    assert before[(1, 2)] < before[(7, 7)]
