@@ -104,8 +104,11 @@ class Grammars:
 
 # xgrammar 0.2.7 writes a length-bounded string's characters (maxLength/minLength) as any character
 # but quote, backslash, CR and LF: raw control characters then pass, and JSON parsers refuse them.
+# Its byte matcher also reads a byte that is not valid UTF-8 (a surrogate, an overlong form, a lone
+# lead byte) as one character U+0080..U+00FF, which Python decodes as one or more U+FFFD: the length
+# would be off. Bounded strings therefore take printable ASCII and U+0100 upwards (no surrogates).
 _LOOSE_CHAR = '[^\\"\\\\\\r\\n]'
-_JSON_CHAR = '[^\\0-\\x1f\\"\\\\]'
+_JSON_CHAR = '[ !#-\\[\\]-\\x7f\\u0100-\\uD7FF\\uE000-\\U0010FFFF]'
 
 
 def _json_grammar(schema: str) -> str:
