@@ -149,21 +149,26 @@ class TokenGrammar:
 
     def advance(self, token: int, remaining: int) -> int:
         """Accept ``token`` (chosen from the masked logits), or the closing path's next token instead if
-        keeping ``token`` would leave too few of the ``remaining`` tokens to finish. Returns the token
-        accepted."""
-        if remaining <= 2 * self._last_closing + _CHECK_MARGIN:
-            trial = self._matcher.fork()
-            kept = trial.accept_token(token)
-            after = self._closing_path(trial) if kept else None
-            if after is None or len(after) > remaining - 1:
-                path = self._closing_path(self._matcher)
-                if path:
-                    token = path[0]
-            else:
+        ``token`` leads to a dead end (a state nothing can follow: xgrammar lets some byte prefixes of
+        characters in, no token can complete) or would leave too few of the ``remaining`` tokens to
+        finish. Returns the token accepted."""
+        trial = self._matcher.fork()
+        ok = trial.accept_token(token) and (trial.is_terminated() or bool(self._allowed(trial).any()))
+        if ok and remaining <= 2 * self._last_closing + _CHECK_MARGIN:
+            after = self._closing_path(trial)
+            ok = after is not None and len(after) <= remaining - 1
+            if after is not None:
                 self._last_closing = len(after)
+        if not ok:
+            path = self._closing_path(self._matcher)
+            if path:
+                token = path[0]
         if not self._matcher.accept_token(token):
             raise EngineError(f"token {token} does not match the grammar")
         return token
+
+    def _allowed(self, matcher: Any) -> torch.Tensor:
+        return self._masked(matcher, torch.zeros(self._bitmask.shape[-1] * 32)) > float("-inf")
 
     def closing_length(self) -> int | None:
         path = self._closing_path(self._matcher)
@@ -188,7 +193,7 @@ class TokenGrammar:
                         return None
                 path += ids
                 continue
-            allowed = self._masked(fork, torch.zeros(self._bitmask.shape[-1] * 32)) > float("-inf")
+            allowed = self._allowed(fork)
             choice = next((t for t in preferred if t < allowed.shape[0] and allowed[t]), None)
             if choice is None:
                 choice = int(allowed.nonzero()[0]) if allowed.any() else None
