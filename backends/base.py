@@ -24,6 +24,7 @@ from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 __all__ = [
     "SamplingParams",
     "EncodedPrompt",
+    "Constraint",
     "GenerateRequest",
     "GenerateResult",
     "StreamEvent",
@@ -52,6 +53,23 @@ class EncodedPrompt:
     fixed_prefix_tokens: int | None = None
 
 
+ConstraintKind = Literal["json_schema", "json_object", "regex", "ebnf"]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What the output must match, enforced token by token (constrained decoding).
+
+    ``spec`` is a JSON schema as JSON text (``json_schema``), a regular expression (``regex``) or an
+    EBNF grammar in SGLang's (xgrammar's) dialect (``ebnf``); empty for ``json_object`` (any JSON
+    object). An engine that accepts a constrained request either returns output the constraint
+    accepts in full, or refuses the request up front (``max_tokens`` too small to finish one).
+    """
+
+    kind: ConstraintKind
+    spec: str = ""
+
+
 @dataclass(frozen=True)
 class GenerateRequest:
     input_ids: tuple[int, ...]
@@ -59,6 +77,7 @@ class GenerateRequest:
     hint: KVFlowHint | None = None
     fixed_prefix_tokens: int | None = None
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 
 from backends.base import EngineError, GenerateRequest, GenerateResult, RequestTooLarge, StreamEvent
 from backends.local.config import EngineConfig
+from backends.local.grammar import Grammars
 from backends.local.model.loader import load_model
 from backends.local.request import RequestState
 from backends.local.sampler import make_generator
@@ -53,6 +54,7 @@ class Engine:
         self.model_config = loaded.model.cfg
         self._wake = threading.Event()
         self.scheduler = Scheduler(self.config, loaded, self._wake.set, load_copy)
+        self.grammars = Grammars(self.tokenizer, self.model_config.vocab_size)
         self._thread: threading.Thread | None = None
         self._stop = False
         self._lock = threading.Lock()
@@ -124,7 +126,7 @@ class Engine:
         if fixed is not None and not 0 <= fixed <= len(ids):
             raise EngineError(f"fixed_prefix_tokens is {fixed} but the prompt has {len(ids)} tokens")
 
-    def _submit(self, request: GenerateRequest) -> tuple[RequestState, asyncio.Queue[StreamEvent | BaseException]]:
+    def _submit(self, request: GenerateRequest, grammar: Any = None) -> tuple[RequestState, asyncio.Queue[StreamEvent | BaseException]]:
         self._validate(request)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[StreamEvent | BaseException] = asyncio.Queue()
@@ -139,13 +141,18 @@ class Engine:
         with self._lock:
             self._seed_counter += 1
             fallback_seed = self.config.seed * 1_000_003 + self._seed_counter
-        state = RequestState(request, sink, self.tokenizer, make_generator(request.sampling, fallback_seed))
+        state = RequestState(request, sink, self.tokenizer, make_generator(request.sampling, fallback_seed),
+                             grammar=grammar)
         self._ensure_started(lambda: self.scheduler.submit(state))
         self._wake.set()
         return state, events
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamEvent]:
-        state, events = self._submit(request)
+        grammar = None
+        if request.constraint is not None:  # compiled off the event loop (and off the engine loop)
+            self._validate(request)
+            grammar = await asyncio.to_thread(self.grammars.start, request.constraint, request.sampling.max_tokens)
+        state, events = self._submit(request, grammar)
         finished = False
         try:
             while True:

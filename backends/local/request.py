@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -45,6 +45,7 @@ class RequestState:
     emitted_chars: int = 0
     submitted_at: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
+    grammar: Any = None  # a backends.local.grammar.TokenGrammar for a constrained request
 
     def __post_init__(self) -> None:
         self._decoder = IncrementalDecoder(self.tokenizer)

@@ -219,7 +219,7 @@ class Scheduler:
                 state.computed, budget, worked = end, budget - (end - start), True
                 if end == len(state.prompt):
                     state.phase = Phase.DECODE
-                    self._emit(state, sample(logits, state.request.sampling, state.generator))
+                    self._emit(state, self._next_token(state, logits))
             except Exception as exc:
                 self._fail(state, exc)
         return worked
@@ -237,16 +237,25 @@ class Scheduler:
             return True
         for state, row in zip(batch, logits):
             try:
-                token = sample(row, state.request.sampling, state.generator)
+                token = self._next_token(state, row)
             except Exception as exc:  # fail this request only; raising here would stall the whole batch forever
                 self._fail(state, exc)
                 continue
             self._emit(state, token)
         return True
 
+    def _next_token(self, state: RequestState, logits: Any) -> int:
+        grammar = state.grammar
+        if grammar is None:
+            return sample(logits, state.request.sampling, state.generator)
+        token = sample(grammar.mask(logits), state.request.sampling, state.generator)
+        return grammar.advance(token, state.request.sampling.max_tokens - len(state.outputs))
+
     # ---- endings ------------------------------------------------------------------------
     def _emit(self, state: RequestState, token: int) -> None:
         reason = state.push_token(token)
+        if reason is None and state.grammar is not None and state.grammar.terminated:
+            reason = "stop"
         if reason is not None:
             self._finish(state, reason, token)
         else:

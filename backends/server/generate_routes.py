@@ -3,7 +3,8 @@
 As in SGLang, unknown top-level keys are ignored and unknown ``sampling_params`` keys are rejected.
 SGLang sampling options the embedded engine does not implement (top_k, penalties, ...) are accepted
 only at their neutral value, so a client written for SGLang's defaults works and one that relies on
-them hears about it instead of getting silently different sampling. The hint rides in
+them hears about it instead of getting silently different sampling. SGLang's constrained decoding
+(``json_schema`` as JSON text, ``regex``, ``ebnf`` in xgrammar's dialect; at most one) is enforced. The hint rides in
 ``sampling_params.custom_params.kvflow``; its ``fixed_prefix`` counts characters of ``text`` or tokens
 of ``input_ids``. Streams send cumulative ``text`` in every event, as SGLang does.
 """
@@ -17,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from backends.base import GenerateRequest, GenerateResult, StreamEvent
+from backends.base import Constraint, GenerateRequest, GenerateResult, StreamEvent
 from backends.server.serving import ServerContext, complete, open_stream, parse_body, read_hint, sse_response
 
 __all__ = ["GenerateBody", "SGLangSamplingParams", "generate_router", "meta_info"]
@@ -58,6 +59,24 @@ class SGLangSamplingParams(BaseModel):
     skip_special_tokens: bool | None = None
     spaces_between_special_tokens: bool | None = None
     no_stop_trim: bool | None = None
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> SGLangSamplingParams:
+        given = [name for name in ("json_schema", "regex", "ebnf") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"only one of json_schema, regex and ebnf may be set (got {', '.join(given)})")
+        return self
+
+    def constraint(self) -> Constraint | None:
+        """SGLang's constrained-decoding fields as the engine's :class:`Constraint` (at most one is set)."""
+        for kind in ("json_schema", "regex", "ebnf"):
+            spec = getattr(self, kind)
+            if spec is not None:
+                return Constraint(kind, spec)
+        return None
 
     @model_validator(mode="after")
     def _only_neutral(self) -> SGLangSamplingParams:
@@ -126,7 +145,7 @@ def generate_router(ctx: ServerContext) -> APIRouter:
             seed=sp.sampling_seed, stop=sp.stop, ignore_eos=sp.ignore_eos,
         )
         greq = GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
-                               fixed_prefix_tokens=encoded.fixed_prefix_tokens,
+                               fixed_prefix_tokens=encoded.fixed_prefix_tokens, constraint=sp.constraint(),
                                **({"request_id": body.rid} if body.rid else {}))
         ctx.submit("generate", greq)
         if not body.stream:

@@ -7,6 +7,7 @@ or tokens of a token-id prompt.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Iterable
 
@@ -15,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 
 from backends.base import EncodedPrompt, GenerateRequest, StreamEvent
 from backends.server import openai_models as api
+from backends.server import tool_calls
 from backends.server.errors import APIError
 from backends.server.serving import (ServerContext, checked_encoding, complete, open_stream, parse_body, read_hint,
                                      sse_response)
@@ -44,6 +46,20 @@ def _request(ctx: ServerContext, body: api.SamplingFields, encoded: EncodedPromp
                            fixed_prefix_tokens=encoded.fixed_prefix_tokens)
 
 
+def _render_calls(id_: str, model: str, calls: tool_calls.ToolCallStream, event: StreamEvent,
+                  usage_chunk: bool) -> Iterable[dict[str, Any]]:
+    """Chunks of a tool-envelope reply: tool-call (or content) deltas, then the finish reason."""
+    for delta in calls.feed(event.text_delta) if event.text_delta else ():
+        yield api.chat_chunk(id_, model, delta)
+    if event.result is not None:
+        deltas, reason = calls.finish(event.result.text, event.result.finish_reason)
+        for delta in deltas:
+            yield api.chat_chunk(id_, model, delta)
+        yield api.chat_chunk(id_, model, {}, reason)
+        if usage_chunk:
+            yield api.usage_chunk(id_, "chat.completion.chunk", model, event.result)
+
+
 def openai_router(ctx: ServerContext) -> APIRouter:
     router = APIRouter()
     created = int(time.time())
@@ -64,21 +80,31 @@ def openai_router(ctx: ServerContext) -> APIRouter:
         if fixed is not None and fixed > len(body.messages):
             raise APIError(422, f"custom_params.kvflow.fixed_prefix: {fixed} exceeds the {len(body.messages)} "
                            "messages sent", code="invalid_hint")
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        plan = tool_calls.plan_chat(body)
+        messages = tool_calls.render_messages(body, plan)
         encoded = checked_encoding(lambda: ctx.engine.tokenizer.encode_chat(messages, fixed_messages=fixed))
         field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-        greq = ctx.submit("chat", _request(ctx, body, encoded, hint, CHAT_DEFAULT_MAX_TOKENS, field))
+        greq = _request(ctx, body, encoded, hint, CHAT_DEFAULT_MAX_TOKENS, field)
+        greq = ctx.submit("chat", dataclasses.replace(greq, constraint=plan.constraint))
         id_ = api.completion_id("chatcmpl")
         if not body.stream:
             result = await complete(request, ctx, greq)
-            return JSONResponse(api.chat_completion(id_, model, result))
+            reply = api.chat_completion(id_, model, result)
+            if plan.envelope:
+                choice = reply["choices"][0]
+                choice["message"], choice["finish_reason"] = tool_calls.parse_reply(result.text, result.finish_reason)
+            return JSONResponse(reply)
         role_sent = False
+        calls = tool_calls.ToolCallStream() if plan.envelope else None
 
         def render(event: StreamEvent) -> Iterable[dict[str, Any]]:
             nonlocal role_sent
             if not role_sent:
                 role_sent = True
                 yield api.chat_chunk(id_, model, {"role": "assistant", "content": ""})
+            if calls is not None:
+                yield from _render_calls(id_, model, calls, event, body.wants_usage_chunk())
+                return
             if event.text_delta:
                 yield api.chat_chunk(id_, model, {"content": event.text_delta})
             if event.result is not None:

@@ -1,10 +1,15 @@
-"""``kvflow demo``: the MetaGPT-style workflow on the embedded engine with SmolLM2, on this machine.
+"""``kvflow demo``: the MetaGPT-style workflow on the embedded engine with SmolLM2, on this machine,
+twice on the same engine configuration: first the baseline (``--policy lru --no-prefetch``), then
+kvflow (``--policy`` / ``--no-prefetch`` choose it; default kvflow with prefetch).
 
-Shows every node as it starts and finishes, then a per-agent table: the agent's steps-to-execution
-in every hint the run sent, prompt tokens, tokens served from cache vs recomputed, and time; then
-the engine's cache counters. The default pool sizes are deliberately small (the five fixed prompts
-do not all fit on the device tier) so that eviction and prefetching have work to do, and the reply
-length is capped so the demo takes a minute or two on a laptop CPU.
+Shows every node as it starts and finishes, then a per-agent table of the kvflow run (the agent's
+steps-to-execution in every hint it sent, prompt tokens, tokens served from cache vs recomputed,
+time), then both runs side by side: prompt tokens recomputed, device / host / prefetch hits, wall
+time, and whether the greedy outputs agree. The default device pool is deliberately small (the five
+fixed prompts do not all fit) so that eviction and prefetching have work to do: the baseline reloads
+evicted prefixes from the host tier when a request is admitted, on its critical path; kvflow has
+them prefetched before the agent runs. Replies are capped so both runs take about a minute on two
+CPU cores. ``--no-baseline`` runs kvflow alone.
 """
 
 from __future__ import annotations
@@ -61,12 +66,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default), tiny-random or a HF directory")
     parser.add_argument("--idea", default=DEMO_IDEA, help="what the software company should build")
     parser.add_argument("--fix-rounds", type=int, default=2, help="Engineer <-> QA fix rounds (default 2)")
-    parser.add_argument("--max-tokens", type=int, default=32, help="reply cap per call (default 32)")
-    parser.add_argument("--device-tokens", type=int, default=3072, help="device KV pool in tokens (default 3072)")
+    parser.add_argument("--max-tokens", type=int, default=16, help="reply cap per call (default 16)")
+    parser.add_argument("--device-tokens", type=int, default=1536, help="device KV pool in tokens (default 1536)")
     parser.add_argument("--host-tokens", type=int, default=16384, help="host KV pool in tokens (default 16384)")
     parser.add_argument("--policy", choices=policy_names(online=True), default="kvflow")
     parser.add_argument("--no-prefetch", action="store_true")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the baseline run (--policy lru --no-prefetch) and its side-by-side table")
     parser.add_argument("--plain", action="store_true", help="plain text output even on a terminal")
+
+
+BASELINE = ("lru", False)
+"""The baseline's policy and prefetch: what a stock radix cache with a host tier does."""
+
+
+def compare_rows(runs: dict[str, EngineRun]) -> list[list[str]]:
+    """The side-by-side table's rows (one column per run): tokens, cache counters, wall time."""
+    def row(label: str, value: Callable[[EngineRun], Any]) -> list[str]:
+        return [label, *(str(value(run)) for run in runs.values())]
+
+    rows = [row("prompt tokens", lambda r: r.stats.get("device_hit_tokens", 0) + r.stats.get("host_hit_tokens", 0)
+                + r.stats.get("prefetch_hit_tokens", 0) + r.stats.get("recomputed_tokens", 0))]
+    rows += [row(key, lambda r, key=key: r.stats.get(key, "n/a")) for key in STAT_KEYS]
+    rows.append(row("wall time (s)", lambda r: f"{r.seconds:.1f}"))
+    return rows
 
 
 def main(args: argparse.Namespace) -> int:
@@ -75,39 +98,49 @@ def main(args: argparse.Namespace) -> int:
 
     from .report import AGENT_COLUMNS, ProgressPrinter, agent_rows, print_table, summarize_agents
 
+    chosen = (args.policy, not args.no_prefetch)
+    plans = ([("baseline", BASELINE)] if not args.no_baseline else []) + [("kvflow", chosen)]
     try:
-        config = EngineConfig.build(
-            model=args.model,
-            device_tokens=args.device_tokens,
-            host_tokens=args.host_tokens,
-            policy=args.policy,
-            prefetch=not args.no_prefetch,
-        )
+        configs = {
+            name: EngineConfig.build(model=args.model, device_tokens=args.device_tokens, host_tokens=args.host_tokens,
+                                     policy=policy, prefetch=prefetch)
+            for name, (policy, prefetch) in plans
+        }
         workflow = metagpt(fix_rounds=args.fix_rounds, max_tokens=args.max_tokens)
     except ValueError as exc:
         print(f"kvflow demo: {exc}", file=sys.stderr)
         return 2
     fancy = False if args.plain else None
+    labels = {name: f"{config.cache.policy}, {'prefetch' if config.cache.prefetch else 'no prefetch'}"
+              for name, config in configs.items()}
     print(
         f"kvflow demo: MetaGPT-style workflow (5 agents, {args.fix_rounds} fix rounds) on the embedded engine: "
-        f"model {args.model}, policy {args.policy}{'' if config.cache.prefetch else ' without prefetch'}, "
-        f"device pool {args.device_tokens} tokens, host pool {args.host_tokens} tokens",
+        f"model {args.model}, device pool {args.device_tokens} tokens, host pool {args.host_tokens} tokens; "
+        + " then ".join(f"{name} ({labels[name]})" for name in configs),
         flush=True,
     )
-    progress = ProgressPrinter(sys.stdout, fancy=fancy)
     from ..errors import WorkflowError
 
-    try:
-        outcome = asyncio.run(run_on_engine(workflow, {"idea": args.idea}, config, on_event=progress))
-    except WorkflowError as exc:
-        print(f"kvflow demo: {exc}", file=sys.stderr)
-        return 1
+    runs: dict[str, EngineRun] = {}
+    for name, config in configs.items():
+        print(f"\n{name} run: policy {labels[name]}", flush=True)
+        progress = ProgressPrinter(sys.stdout, fancy=fancy)
+        try:
+            runs[name] = asyncio.run(run_on_engine(workflow, {"idea": args.idea}, config, on_event=progress))
+        except WorkflowError as exc:
+            print(f"kvflow demo: {exc}", file=sys.stderr)
+            return 1
+    outcome = runs["kvflow"]
     print()
-    print_table("Per agent (steps sent = the agent's steps-to-execution in each hint, '-' = never again)",
+    print_table("Per agent, kvflow run (steps sent = the agent's steps-to-execution in each hint, '-' = never again)",
                 AGENT_COLUMNS, agent_rows(summarize_agents(outcome.result)), sys.stdout, fancy=fancy)
     print()
-    stats = outcome.stats
-    print_table("Engine cache counters (tokens)", ("counter", "value"),
-                [[key, str(stats.get(key, "n/a"))] for key in STAT_KEYS], sys.stdout, fancy=fancy)
+    print_table("Engine cache counters (tokens), side by side", ("", *(f"{n} ({labels[n]})" for n in runs)),
+                compare_rows(runs), sys.stdout, fancy=fancy)
+    if "baseline" in runs:
+        same = runs["baseline"].result.state == outcome.result.state
+        print(f"greedy outputs identical in both runs: {'yes' if same else 'NO'}")
+        print("The counters are exact; one wall time on a shared CPU is not (load from other processes, the first "
+              "run's warm-up): examples/metagpt_replay.py reports medians of repeats.")
     print(f"\nworkflow time {outcome.seconds:.1f} s, {len(outcome.result.calls)} LLM calls")
     return 0

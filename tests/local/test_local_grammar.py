@@ -1,0 +1,70 @@
+"""Constrained decoding in the embedded engine (tiny-random, a random model: the worst case for
+finishing a reply): a constrained reply validates at every budget down to the smallest the engine
+accepts, one token less is refused up front, and constrained requests return every slot."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from backends.base import Constraint, EngineError, GenerateRequest, SamplingParams
+from backends.local import Engine, EngineConfig
+from backends.local.grammar import Grammars
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "minLength": 2, "maxLength": 12},
+        "n": {"type": "integer"},
+        "ok": {"type": "boolean"},
+        "items": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "number"}},
+                                             "required": ["k"]}, "minItems": 1},
+    },
+    "required": ["title", "n", "ok", "items"],
+}
+PROMPTS = ["Describe a cat.", "x", "List three colours and then stop.", "{\"title\": \""]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = Engine(EngineConfig.build(model="tiny-random", device_tokens=2048, host_tokens=2048))
+    yield eng
+    eng.close()
+
+
+def request(engine, prompt: str, max_tokens: int, constraint: Constraint, **sampling) -> GenerateRequest:
+    return GenerateRequest(tuple(engine.tokenizer.encode(prompt)), SamplingParams(max_tokens=max_tokens, **sampling),
+                           constraint=constraint)
+
+
+def minimum(engine, constraint: Constraint) -> int:
+    return Grammars(engine.tokenizer, engine.model_config.vocab_size).start(constraint, 10_000).closing_length()
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("extra", [0, 1, 5, 40, 200])
+async def test_constrained_reply_validates_at_every_budget(engine, prompt, extra):
+    constraint = Constraint("json_schema", json.dumps(SCHEMA))
+    budget = minimum(engine, constraint) + extra
+    for sampling in ({"temperature": 0.0}, {"temperature": 1.0, "seed": extra}):
+        result = await engine.generate(request(engine, prompt, budget, constraint, **sampling))
+        assert result.finish_reason == "stop" and len(result.output_ids) <= budget
+        jsonschema.validate(json.loads(result.text), SCHEMA)
+
+
+async def test_budget_one_short_of_the_minimum_is_refused(engine):
+    constraint = Constraint("json_schema", json.dumps(SCHEMA))
+    short = minimum(engine, constraint) - 1
+    with pytest.raises(EngineError, match=f"max_tokens is {short} but"):
+        await engine.generate(request(engine, "hi", short, constraint))
+
+
+async def test_unconstrained_greedy_output_is_unchanged_after_constrained_requests(engine):
+    plain = GenerateRequest(tuple(engine.tokenizer.encode("Describe a cat.")), SamplingParams(max_tokens=16))
+    before = (await engine.generate(plain)).output_ids
+    await engine.generate(request(engine, "Describe a cat.", 64, Constraint("json_object")))
+    assert (await engine.generate(plain)).output_ids == before
+    stats = engine.stats()
+    assert stats["device_held"] == 0 and stats["running"] == 0
