@@ -26,6 +26,7 @@ __all__ = [
     "EncodedPrompt",
     "GenerateRequest",
     "GenerateResult",
+    "TokenLogprob",
     "StreamEvent",
     "PromptTokenizer",
     "ServingEngine",
@@ -62,6 +63,16 @@ class GenerateRequest:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability and the most likely alternatives at its position
+    (``(token id, logprob)`` pairs, most likely first), in the model's own distribution."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class GenerateResult:
     request_id: str
     output_ids: tuple[int, ...]
@@ -72,6 +83,8 @@ class GenerateResult:
     """Prompt tokens not recomputed: device hits + host reloads + prefetched."""
     ttft_s: float
     total_s: float
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    """One entry per output token when ``sampling.logprobs`` was set."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,8 @@ class StreamEvent:
     text_delta: str
     result: GenerateResult | None = None
     """Set on the last event only."""
+    logprob: TokenLogprob | None = None
+    """``token_id``'s log-probability when ``sampling.logprobs`` was set."""
 
 
 @runtime_checkable
