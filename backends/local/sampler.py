@@ -37,7 +37,8 @@ def shape_logits(logits: torch.Tensor, params: SamplingParams, prompt: Sequence[
         row -= params.frequency_penalty * counts + params.presence_penalty * (counts > 0).double()
     for token, bias in params.logit_bias:
         row[token] += bias
-    return row
+    # An extreme penalty (dividing by 1e-300) overflows to inf, and inf - inf is NaN in the softmax.
+    return row.clamp(-1e300, 1e300)
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:

@@ -74,7 +74,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         for method, op in operations.items():
             ok: dict[str, Any] = {"application/json": {"schema": {}}}
             if path in _STREAMING:
-                ok["text/event-stream"] = {"schema": {"type": "string"}}
+                # Server-Sent Events: each event's ``data`` is one JSON chunk, the last one ``[DONE]``.
+                ok["text/event-stream"] = {"schema": {"type": "object", "properties": {"data": {"type": "string"}}}}
             if path == "/metrics":
                 ok = {"text/plain": {"schema": {"type": "string"}}}
             op["responses"] = {"200": {"description": "OK", "content": ok},
