@@ -17,6 +17,8 @@ from typing import Any, Callable, NamedTuple
 
 from backends.kvcache import policy_names
 
+from .startup import STARTUP_ERRORS, non_negative_int, positive_int
+
 __all__ = ["add_arguments", "main", "EngineRun", "run_on_engine", "DEMO_IDEA"]
 
 DEMO_IDEA = "a command-line todo list that stores tasks in a local JSON file, with due dates and tags"
@@ -62,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idea", default=DEMO_IDEA, help="what the software company should build")
     parser.add_argument("--fix-rounds", type=int, default=2, help="Engineer <-> QA fix rounds (default 2)")
     parser.add_argument("--max-tokens", type=int, default=32, help="reply cap per call (default 32)")
-    parser.add_argument("--device-tokens", type=int, default=3072, help="device KV pool in tokens (default 3072)")
-    parser.add_argument("--host-tokens", type=int, default=16384, help="host KV pool in tokens (default 16384)")
+    parser.add_argument("--device-tokens", type=positive_int, default=3072, help="device KV pool in tokens (default 3072)")
+    parser.add_argument("--host-tokens", type=non_negative_int, default=16384, help="host KV pool in tokens (default 16384)")
     parser.add_argument("--policy", choices=policy_names(online=True), default="kvflow")
     parser.add_argument("--no-prefetch", action="store_true")
     parser.add_argument("--plain", action="store_true", help="plain text output even on a terminal")
@@ -102,6 +104,9 @@ def main(args: argparse.Namespace) -> int:
     except WorkflowError as exc:
         print(f"kvflow demo: {exc}", file=sys.stderr)
         return 1
+    except STARTUP_ERRORS as exc:  # the model or the pools could not be loaded: one line, no traceback
+        print(f"kvflow demo: cannot start the engine: {exc}", file=sys.stderr)
+        return 2
     print()
     print_table("Per agent (steps sent = the agent's steps-to-execution in each hint, '-' = never again)",
                 AGENT_COLUMNS, agent_rows(summarize_agents(outcome.result)), sys.stdout, fancy=fancy)
