@@ -17,7 +17,7 @@ from typing import Any, Callable, NamedTuple
 
 from backends.kvcache import policy_names
 
-from .startup import STARTUP_ERRORS, non_negative_int, positive_int
+from .startup import STARTUP_ERRORS
 
 __all__ = ["add_arguments", "main", "EngineRun", "run_on_engine", "DEMO_IDEA"]
 
@@ -64,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idea", default=DEMO_IDEA, help="what the software company should build")
     parser.add_argument("--fix-rounds", type=int, default=2, help="Engineer <-> QA fix rounds (default 2)")
     parser.add_argument("--max-tokens", type=int, default=32, help="reply cap per call (default 32)")
-    parser.add_argument("--device-tokens", type=positive_int, default=3072, help="device KV pool in tokens (default 3072)")
-    parser.add_argument("--host-tokens", type=non_negative_int, default=16384, help="host KV pool in tokens (default 16384)")
+    parser.add_argument("--device-tokens", type=int, default=3072, help="device KV pool in tokens (default 3072)")
+    parser.add_argument("--host-tokens", type=int, default=16384, help="host KV pool in tokens (default 16384)")
     parser.add_argument("--policy", choices=policy_names(online=True), default="kvflow")
     parser.add_argument("--no-prefetch", action="store_true")
     parser.add_argument("--plain", action="store_true", help="plain text output even on a terminal")

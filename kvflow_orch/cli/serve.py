@@ -126,5 +126,9 @@ def _serve_local(args: argparse.Namespace, sock: Any) -> int:
     app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes)
     print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
           f"prefetch {'off' if args.no_prefetch else 'on'})", file=sys.stderr, flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="info")).run(sockets=[sock])
-    return 0
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled; the shutdown was clean
+        pass
+    return 0 if server.started else 1
