@@ -99,7 +99,9 @@ def read_hint(body: Mapping[str, Any], *, route: str = "openai") -> KVFlowHint |
     try:
         return extract_hint(body, route=route)
     except HintError as exc:
-        raise from_engine_error(exc) from None
+        error = from_engine_error(exc)
+        error.param = "sampling_params.custom_params.kvflow" if route == "generate" else error.param
+        raise error from None
 
 
 def checked_encoding(encode: Callable[[], EncodedPrompt]) -> EncodedPrompt:

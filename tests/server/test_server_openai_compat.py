@@ -61,6 +61,12 @@ def test_errors_name_the_field_in_param(client: httpx.Client, body: dict, param:
     assert error["param"] == param and isinstance(error["code"], str), error
 
 
+def test_a_bad_generate_hint_names_its_own_placement(client: httpx.Client) -> None:
+    body = {"text": "a", "sampling_params": {"custom_params": {"kvflow": {"workflow_id": "w", "agent": ""}}}}
+    error = client.post("/generate", json=body).json()["error"]
+    assert error["param"] == "sampling_params.custom_params.kvflow" and error["code"] == "invalid_hint"
+
+
 def test_routing_errors_have_string_codes_and_405_names_allowed_methods(client: httpx.Client) -> None:
     r = client.get("/nowhere")
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
