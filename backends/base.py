@@ -27,6 +27,7 @@ __all__ = [
     "Constraint",
     "GenerateRequest",
     "GenerateResult",
+    "TokenLogprob",
     "StreamEvent",
     "PromptTokenizer",
     "ServingEngine",
@@ -81,6 +82,16 @@ class GenerateRequest:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability and the most likely alternatives at its position
+    (``(token id, logprob)`` pairs, most likely first), in the model's own distribution."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class GenerateResult:
     request_id: str
     output_ids: tuple[int, ...]
@@ -91,6 +102,8 @@ class GenerateResult:
     """Prompt tokens not recomputed: device hits + host reloads + prefetched."""
     ttft_s: float
     total_s: float
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    """One entry per output token when ``sampling.logprobs`` was set."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +112,8 @@ class StreamEvent:
     text_delta: str
     result: GenerateResult | None = None
     """Set on the last event only."""
+    logprob: TokenLogprob | None = None
+    """``token_id``'s log-probability when ``sampling.logprobs`` was set."""
 
 
 @runtime_checkable

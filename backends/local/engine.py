@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import secrets
 import threading
 from typing import Any, AsyncIterator, Callable, TypeVar
 
@@ -58,7 +60,9 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stop = False
         self._lock = threading.Lock()
-        self._seed_counter = 0
+        # Unseeded sampled requests draw their seed from a generator seeded per process: different
+        # on every restart and replica, and never the predictable 1, 2, 3... a user may also pick.
+        self._seeds = random.Random(secrets.randbits(64))
 
     # ---- life cycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -122,6 +126,9 @@ class Engine:
                 f"needed but the limit is {limit} (device pool {self.config.cache.device_tokens} tokens, "
                 f"context {self.model_config.max_position})"
             )
+        bad = next((t for t, _ in sampling.logit_bias if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise EngineError(f"logit_bias: token id {bad} is outside the vocabulary [0, {vocab})")
         fixed = request.fixed_prefix_tokens
         if fixed is not None and not 0 <= fixed <= len(ids):
             raise EngineError(f"fixed_prefix_tokens is {fixed} but the prompt has {len(ids)} tokens")
@@ -139,8 +146,7 @@ class Engine:
                 self._wake.set()
 
         with self._lock:
-            self._seed_counter += 1
-            fallback_seed = self.config.seed * 1_000_003 + self._seed_counter
+            fallback_seed = self._seeds.getrandbits(63)
         state = RequestState(request, sink, self.tokenizer, make_generator(request.sampling, fallback_seed),
                              grammar=grammar)
         self._ensure_started(lambda: self.scheduler.submit(state))

@@ -27,8 +27,14 @@ class KVPool:
         # Only rows the brain handed out are ever read, so the host tier may stay uncommitted memory
         # until used; the device pool is zeroed (small, and cheap insurance against stray reads).
         make = torch.empty if lazy else torch.zeros
-        self.k = make(shape, dtype=dtype, device=device, pin_memory=pin)
-        self.v = make(shape, dtype=dtype, device=device, pin_memory=pin)
+        try:
+            self.k = make(shape, dtype=dtype, device=device, pin_memory=pin)
+            self.v = make(shape, dtype=dtype, device=device, pin_memory=pin)
+        except RuntimeError:  # torch.OutOfMemoryError included
+            need = 2 * torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+            raise MemoryError(
+                f"cannot allocate a KV pool of {tokens} tokens on {self.device}: {need / 2**30:.1f} GiB is more "
+                f"than is free; use fewer tokens (--device-tokens / --host-tokens)") from None
 
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[index], self.v[index]

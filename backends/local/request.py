@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from backends.base import FinishReason, GenerateRequest, GenerateResult, StreamEvent
+from backends.base import FinishReason, GenerateRequest, GenerateResult, StreamEvent, TokenLogprob
 from backends.kvcache import Admission
 from backends.local.tokenizer import ChatTokenizer, IncrementalDecoder
 
@@ -41,6 +41,7 @@ class RequestState:
     own_slots: list[int] = field(default_factory=list)
     computed: int = 0  # prompt positions whose KV is in the pool
     outputs: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
     text: str = ""
     emitted_chars: int = 0
     submitted_at: float = field(default_factory=time.perf_counter)
@@ -101,4 +102,5 @@ class RequestState:
             cached_tokens=len(self.prefix_slots),
             ttft_s=(self.first_token_at or now) - self.submitted_at,
             total_s=now - self.submitted_at,
+            logprobs=tuple(self.logprobs) if self.request.sampling.logprobs is not None else None,
         )

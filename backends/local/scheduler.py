@@ -27,7 +27,7 @@ from backends.local.model.loader import LoadedModel
 from backends.local.pools import KVPool
 from backends.local.request import Phase, RequestState
 from backends.local.runner import ModelRunner
-from backends.local.sampler import sample
+from backends.local.sampler import sample, shape_logits, token_logprob
 from backends.local.tiers import TierMover
 from kvflow_orch.protocol import StepsUpdate
 
@@ -219,7 +219,7 @@ class Scheduler:
                 state.computed, budget, worked = end, budget - (end - start), True
                 if end == len(state.prompt):
                     state.phase = Phase.DECODE
-                    self._emit(state, self._next_token(state, logits))
+                    self._emit(state, logits)
             except Exception as exc:
                 self._fail(state, exc)
         return worked
@@ -237,34 +237,38 @@ class Scheduler:
             return True
         for state, row in zip(batch, logits):
             try:
-                token = self._next_token(state, row)
+                self._emit(state, row)
             except Exception as exc:  # fail this request only; raising here would stall the whole batch forever
                 self._fail(state, exc)
-                continue
-            self._emit(state, token)
         return True
 
-    def _next_token(self, state: RequestState, logits: Any) -> int:
+    # ---- endings ------------------------------------------------------------------------
+    def _emit(self, state: RequestState, logits: Any) -> None:
+        """Sample the next token from ``logits`` ``[vocab]`` and deliver it."""
+        sampling = state.request.sampling
+        shaped = shape_logits(logits, sampling, state.prompt, state.outputs)
         grammar = state.grammar
         if grammar is None:
-            return sample(logits, state.request.sampling, state.generator)
-        token = sample(grammar.mask(logits), state.request.sampling, state.generator)
-        return grammar.advance(token, state.request.sampling.max_tokens - len(state.outputs))
-
-    # ---- endings ------------------------------------------------------------------------
-    def _emit(self, state: RequestState, token: int) -> None:
+            token = sample(shaped, sampling, state.generator)
+        else:  # constrained decoding: sample among the tokens the grammar allows, then let it finish in budget
+            token = sample(grammar.mask(shaped), sampling, state.generator)
+            token = grammar.advance(token, sampling.max_tokens - len(state.outputs))
+        logprob = None if sampling.logprobs is None else token_logprob(logits, token, sampling.logprobs)
+        if logprob is not None:
+            state.logprobs.append(logprob)
         reason = state.push_token(token)
         if reason is None and state.grammar is not None and state.grammar.terminated:
             reason = "stop"
         if reason is not None:
             self._finish(state, reason, token)
         else:
-            state.sink(StreamEvent(token, state.take_delta(final=False)))
+            state.sink(StreamEvent(token, state.take_delta(final=False), logprob=logprob))
 
     def _finish(self, state: RequestState, reason: FinishReason, token: int | None = None) -> None:
         self._release(state, keep=True)
         self._publish()
-        state.sink(StreamEvent(token, state.take_delta(final=True), state.result(reason)))
+        logprob = state.logprobs[-1] if token is not None and state.logprobs else None
+        state.sink(StreamEvent(token, state.take_delta(final=True), state.result(reason), logprob=logprob))
 
     def _fail(self, state: RequestState, exc: BaseException) -> None:
         self.counters["failed_requests"] += 1

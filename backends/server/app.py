@@ -21,6 +21,7 @@ from backends.server.kvflow_routes import StepsObserver, kvflow_router
 from backends.server.limits import BodySizeLimit, ServerLimits
 from backends.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 from backends.server.openai_routes import openai_router
+from backends.server.openapi import install_openapi
 from backends.server.serving import RequestObserver, ServerContext
 
 __all__ = ["create_app"]
@@ -72,9 +73,11 @@ def create_app(
         app.include_router(router)
     metrics = ServerMetrics(["/metrics", *(route.path for router in routers for route in router.routes)], engine.stats)
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=["GET", "HEAD"])
     async def metrics_route() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    install_openapi(app)
 
     # add_middleware wraps: the last added runs first.
     app.add_middleware(BodySizeLimit, limits=ctx.limits)

@@ -75,11 +75,11 @@ def debug_router(ctx: ServerContext) -> APIRouter:
                            code="not_implemented", type="server_error")
         return await engine.inspect_cache(fn)
 
-    @router.get(INTEGRITY_ROUTE)
+    @router.api_route(INTEGRITY_ROUTE, methods=["GET", "HEAD"])
     async def integrity() -> dict[str, Any]:
         return await inspect(_integrity)
 
-    @router.get(HINTS_ROUTE)
+    @router.api_route(HINTS_ROUTE, methods=["GET", "HEAD"])
     async def hints() -> dict[str, Any]:
         return await inspect(hint_summary)
 

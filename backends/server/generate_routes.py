@@ -1,10 +1,11 @@
 """SGLang's native ``/generate`` route, in the request/response shape SGLang 0.5.23 uses.
 
 As in SGLang, unknown top-level keys are ignored and unknown ``sampling_params`` keys are rejected.
-SGLang sampling options the embedded engine does not implement (top_k, penalties, ...) are accepted
-only at their neutral value, so a client written for SGLang's defaults works and one that relies on
-them hears about it instead of getting silently different sampling. SGLang's constrained decoding
-(``json_schema`` as JSON text, ``regex``, ``ebnf`` in xgrammar's dialect; at most one) is enforced. The hint rides in
+``top_k``, ``min_p`` and the three penalties are implemented; SGLang sampling options the embedded
+engine does not implement (``min_new_tokens``, ...) are accepted only at their neutral value, so a
+client written for SGLang's defaults works and one that relies on them hears about it instead of
+getting silently different sampling. SGLang's constrained decoding (``json_schema`` as JSON text,
+``regex``, ``ebnf`` in xgrammar's dialect; at most one) is enforced. The hint rides in
 ``sampling_params.custom_params.kvflow``; its ``fixed_prefix`` counts characters of ``text`` or tokens
 of ``input_ids``. Streams send cumulative ``text`` in every event, as SGLang does.
 """
@@ -27,11 +28,6 @@ DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
 
 # SGLang option -> the values that leave sampling unchanged (the only ones accepted here).
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "top_k": (-1, 0),
-    "min_p": (0.0,),
-    "frequency_penalty": (0.0,),
-    "presence_penalty": (0.0,),
-    "repetition_penalty": (1.0,),
     "min_new_tokens": (0,),
     "skip_special_tokens": (True,),
     "spaces_between_special_tokens": (True,),
@@ -48,13 +44,13 @@ class SGLangSamplingParams(BaseModel):
     stop: str | list[str] | None = None
     ignore_eos: bool = False
     n: int = Field(default=1, ge=1, le=1)
-    sampling_seed: int | None = None
+    sampling_seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     custom_params: dict[str, Any] | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    repetition_penalty: float | None = None
+    top_k: int = Field(default=-1, ge=-1)
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
     min_new_tokens: int | None = None
     skip_special_tokens: bool | None = None
     spaces_between_special_tokens: bool | None = None
@@ -142,14 +138,16 @@ def generate_router(ctx: ServerContext) -> APIRouter:
         sampling = ctx.sampling(
             max_tokens=sp.max_new_tokens, default_max_tokens=DEFAULT_MAX_NEW_TOKENS,
             field="sampling_params.max_new_tokens", temperature=sp.temperature, top_p=sp.top_p,
-            seed=sp.sampling_seed, stop=sp.stop, ignore_eos=sp.ignore_eos,
+            seed=sp.sampling_seed, stop=sp.stop, ignore_eos=sp.ignore_eos, top_k=max(sp.top_k, 0), min_p=sp.min_p,
+            frequency_penalty=sp.frequency_penalty, presence_penalty=sp.presence_penalty,
+            repetition_penalty=sp.repetition_penalty,
         )
         greq = GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
                                fixed_prefix_tokens=encoded.fixed_prefix_tokens, constraint=sp.constraint(),
                                **({"request_id": body.rid} if body.rid else {}))
         ctx.submit("generate", greq)
         if not body.stream:
-            result = await complete(request, ctx, greq)
+            result = await complete(request, ctx, greq, "text")
             return JSONResponse({"text": result.text, "output_ids": list(result.output_ids),
                                  "meta_info": meta_info(greq.request_id, result)})
         text, ids = "", []
@@ -168,6 +166,6 @@ def generate_router(ctx: ServerContext) -> APIRouter:
                        "meta_info": {"id": greq.request_id, "completion_tokens": len(ids), "finish_reason": None,
                                      "e2e_latency": time.perf_counter() - started}}
 
-        return sse_response(*await open_stream(request, ctx, greq), render)
+        return sse_response(*await open_stream(request, ctx, greq, "text"), render)
 
     return router

@@ -22,7 +22,7 @@ StepsObserver = Callable[[StepsUpdate], None]
 def kvflow_router(ctx: ServerContext, steps_observer: StepsObserver | None = None) -> APIRouter:
     router = APIRouter()
 
-    @router.get(INFO_ROUTE)
+    @router.api_route(INFO_ROUTE, methods=["GET", "HEAD"])
     async def info() -> dict[str, Any]:
         return {**ctx.engine.info(), "api": SERVER_API_VERSION}
 
@@ -34,11 +34,11 @@ def kvflow_router(ctx: ServerContext, steps_observer: StepsObserver | None = Non
         ctx.engine.apply_steps(update)
         return {"status": "ok"}
 
-    @router.get(STATS_ROUTE)
+    @router.api_route(STATS_ROUTE, methods=["GET", "HEAD"])
     async def stats() -> dict[str, Any]:
         return ctx.engine.stats()
 
-    @router.get("/health")
+    @router.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 

@@ -2,8 +2,10 @@
 ``/v1/completions``, ``/v1/models``).
 
 Requests are parsed strictly (a string where a number belongs is a 422 naming the field); fields
-OpenAI clients send that the engine has no use for are ignored, but ``n > 1`` and non-text content
-parts are rejected rather than silently dropped. The kvflow hint rides in the top-level
+OpenAI clients send that the engine has no use for are ignored, but non-text content parts are
+rejected rather than silently dropped. Every sampling option a request may carry is implemented:
+``logprobs``/``top_logprobs``, ``presence_penalty``, ``frequency_penalty``, ``repetition_penalty``,
+``logit_bias``, ``top_k``, ``min_p`` and ``n`` (one engine request per choice). The kvflow hint rides in the top-level
 ``custom_params.kvflow`` (see :mod:`kvflow_orch.protocol`).
 """
 
@@ -15,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from backends.base import GenerateResult
+from backends.base import GenerateResult, SamplingParams, TokenLogprob
 
 __all__ = [
     "ChatMessage",
@@ -34,7 +36,14 @@ __all__ = [
     "text_chunk",
     "usage_chunk",
     "model_list",
+    "model_card",
+    "MAX_N",
+    "MAX_TOP_LOGPROBS",
 ]
+
+MAX_N = 16
+MAX_TOP_LOGPROBS = 20
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # OpenAI's seed is a signed 64-bit integer
 
 
 class _Lenient(BaseModel):
@@ -86,20 +95,43 @@ class SamplingFields(_Lenient):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = 1
+    n: int = Field(default=1, ge=1, le=MAX_N)
     ignore_eos: bool = False
     custom_params: dict[str, Any] | None = None
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    logit_bias: dict[str, float] | None = None
+    top_k: int = Field(default=0, ge=-1)
+    """0 or -1: no limit (vLLM and SGLang use -1)."""
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
 
-    @field_validator("n")
+    @field_validator("logit_bias")
     @classmethod
-    def _single_choice(cls, n: int) -> int:
-        if n != 1:
-            raise ValueError("only n=1 is supported")
-        return n
+    def _bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        for key, value in (bias or {}).items():
+            if not key.isdigit():
+                raise ValueError(f"keys are token ids; {key!r} is not one")
+            if not -100 <= value <= 100:
+                raise ValueError(f"bias of token {key} is {value}; it must be in [-100, 100]")
+        return bias
+
+    def top_logprobs_wanted(self) -> int | None:
+        """How many alternatives per token the client asked for (``None``: no logprobs)."""
+        return None
+
+    def sampling_options(self) -> dict[str, Any]:
+        """The options beyond max_tokens/temperature/top_p/seed/stop, as ``SamplingParams`` fields."""
+        return {
+            "presence_penalty": self.presence_penalty, "frequency_penalty": self.frequency_penalty,
+            "repetition_penalty": self.repetition_penalty, "top_k": max(self.top_k, 0), "min_p": self.min_p,
+            "logit_bias": tuple((int(k), v) for k, v in (self.logit_bias or {}).items()),
+            "logprobs": self.top_logprobs_wanted(),
+        }
 
     def wants_usage_chunk(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
@@ -147,6 +179,18 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _needs_logprobs(cls, top: int | None, info: Any) -> int | None:
+        if top is not None and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs: true")
+        return top
+
+    def top_logprobs_wanted(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -155,6 +199,11 @@ class ChatCompletionRequest(SamplingFields):
 class CompletionRequest(SamplingFields):
     prompt: str | list[int] | list[str] = Field(min_length=1)
     echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    """Completions' form: the number of alternatives per token (0: the chosen token only)."""
+
+    def top_logprobs_wanted(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod
@@ -182,48 +231,94 @@ def completion_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def usage(result: GenerateResult) -> dict[str, Any]:
-    completion = len(result.output_ids)
+def usage(result: GenerateResult, *more: GenerateResult, fixed_prefix_tokens: int | None = None) -> dict[str, Any]:
+    """``more``: the other choices of an ``n > 1`` request (same prompt, counted once).
+    ``fixed_prefix_tokens``: the agent's fixed-prefix length the cache used (``None``: no boundary)."""
+    completion = sum(len(r.output_ids) for r in (result, *more))
     return {
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": result.prompt_tokens + completion,
-        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
+        "prompt_tokens_details": {"cached_tokens": sum(r.cached_tokens for r in (result, *more))},
+        "fixed_prefix_tokens": fixed_prefix_tokens,
     }
+
+
+def _token_text(decode: Any, token: int) -> str:
+    return str(decode([token]))
+
+
+def chat_logprobs(decode: Any, entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
+    """OpenAI's chat ``logprobs`` object (``{"content": [...]}``); ``decode(ids) -> str``."""
+    if entries is None:
+        return None
+
+    def item(token: int, logprob: float) -> dict[str, Any]:
+        text = _token_text(decode, token)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    return {"content": [{**item(e.token_id, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]}
+                        for e in entries], "refusal": None}
+
+
+def text_logprobs(decode: Any, entries: tuple[TokenLogprob, ...] | None, offset: int = 0) -> dict[str, Any] | None:
+    """OpenAI's legacy completions ``logprobs`` object (tokens, token_logprobs, top_logprobs, text_offset)."""
+    if entries is None:
+        return None
+    tokens = [_token_text(decode, e.token_id) for e in entries]
+    offsets = []
+    for text in tokens:
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{_token_text(decode, t): lp for t, lp in e.top} for e in entries],
+            "text_offset": offsets}
 
 
 def _envelope(id_: str, object_: str, model: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
     return {"id": id_, "object": object_, "created": int(time.time()), "model": model, "choices": choices}
 
 
-def chat_completion(id_: str, model: str, result: GenerateResult) -> dict[str, Any]:
-    choice = {
-        "index": 0,
+def chat_completion(id_: str, model: str, results: list[GenerateResult], decode: Any,
+                    fixed_prefix_tokens: int | None = None) -> dict[str, Any]:
+    choices = [{
+        "index": i,
         "message": {"role": "assistant", "content": result.text},
         "finish_reason": result.finish_reason,
-        "logprobs": None,
-    }
-    return {**_envelope(id_, "chat.completion", model, [choice]), "usage": usage(result)}
+        "logprobs": chat_logprobs(decode, result.logprobs),
+    } for i, result in enumerate(results)]
+    return {**_envelope(id_, "chat.completion", model, choices),
+            "usage": usage(*results, fixed_prefix_tokens=fixed_prefix_tokens)}
 
 
-def chat_chunk(id_: str, model: str, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+def chat_chunk(id_: str, model: str, delta: dict[str, Any], finish_reason: str | None = None,
+               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}
     return _envelope(id_, "chat.completion.chunk", model, [choice])
 
 
-def text_completion(id_: str, model: str, result: GenerateResult) -> dict[str, Any]:
-    choice = {"index": 0, "text": result.text, "finish_reason": result.finish_reason, "logprobs": None}
-    return {**_envelope(id_, "text_completion", model, [choice]), "usage": usage(result)}
+def text_completion(id_: str, model: str, results: list[GenerateResult], decode: Any,
+                    fixed_prefix_tokens: int | None = None) -> dict[str, Any]:
+    choices = [{"index": i, "text": result.text, "finish_reason": result.finish_reason,
+                "logprobs": text_logprobs(decode, result.logprobs)} for i, result in enumerate(results)]
+    return {**_envelope(id_, "text_completion", model, choices),
+            "usage": usage(*results, fixed_prefix_tokens=fixed_prefix_tokens)}
 
 
-def text_chunk(id_: str, model: str, text: str, finish_reason: str | None = None) -> dict[str, Any]:
-    choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+def text_chunk(id_: str, model: str, text: str, finish_reason: str | None = None,
+               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": logprobs}
     return _envelope(id_, "text_completion", model, [choice])
 
 
-def usage_chunk(id_: str, object_: str, model: str, result: GenerateResult) -> dict[str, Any]:
-    return {**_envelope(id_, object_, model, []), "usage": usage(result)}
+def usage_chunk(id_: str, object_: str, model: str, result: GenerateResult,
+                fixed_prefix_tokens: int | None = None) -> dict[str, Any]:
+    return {**_envelope(id_, object_, model, []), "usage": usage(result, fixed_prefix_tokens=fixed_prefix_tokens)}
+
+
+def model_card(model: str, created: int) -> dict[str, Any]:
+    return {"id": model, "object": "model", "created": created, "owned_by": "kvflow"}
 
 
 def model_list(model: str, created: int) -> dict[str, Any]:
-    return {"object": "list", "data": [{"id": model, "object": "model", "created": created, "owned_by": "kvflow"}]}
+    return {"object": "list", "data": [model_card(model, created)]}

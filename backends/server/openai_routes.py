@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from typing import Any, Iterable
 
 from fastapi import APIRouter, Request
@@ -18,8 +19,8 @@ from backends.base import EncodedPrompt, GenerateRequest, StreamEvent
 from backends.server import openai_models as api
 from backends.server import tool_calls
 from backends.server.errors import APIError
-from backends.server.serving import (ServerContext, checked_encoding, complete, open_stream, parse_body, read_hint,
-                                     sse_response)
+from backends.server.serving import (ServerContext, checked_encoding, complete_all, open_stream, parse_body,
+                                     read_hint, sse_response)
 from kvflow_orch.protocol import KVFlowHint
 
 __all__ = ["openai_router"]
@@ -31,7 +32,8 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 def _check_model(ctx: ServerContext, name: str | None) -> str:
     if name is not None and name not in ctx.model_names:
         served = ", ".join(sorted(ctx.model_names))
-        raise APIError(404, f"model {name!r} is not served here; available: {served}", code="model_not_found")
+        raise APIError(404, f"model {name!r} is not served here; available: {served}", code="model_not_found",
+                       param="model")
     return ctx.engine.model_name
 
 
@@ -40,14 +42,14 @@ def _request(ctx: ServerContext, body: api.SamplingFields, encoded: EncodedPromp
     sampling = ctx.sampling(
         max_tokens=body.requested_max_tokens(), default_max_tokens=default_max_tokens, field=field,
         temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stop,
-        ignore_eos=body.ignore_eos,
+        ignore_eos=body.ignore_eos, **body.sampling_options(),
     )
     return GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
                            fixed_prefix_tokens=encoded.fixed_prefix_tokens)
 
 
 def _render_calls(id_: str, model: str, calls: tool_calls.ToolCallStream, event: StreamEvent,
-                  usage_chunk: bool) -> Iterable[dict[str, Any]]:
+                  usage_chunk: bool, fixed_tokens: int | None) -> Iterable[dict[str, Any]]:
     """Chunks of a tool-envelope reply: tool-call (or content) deltas, then the finish reason."""
     for delta in calls.feed(event.text_delta) if event.text_delta else ():
         yield api.chat_chunk(id_, model, delta)
@@ -57,16 +59,36 @@ def _render_calls(id_: str, model: str, calls: tool_calls.ToolCallStream, event:
             yield api.chat_chunk(id_, model, delta)
         yield api.chat_chunk(id_, model, {}, reason)
         if usage_chunk:
-            yield api.usage_chunk(id_, "chat.completion.chunk", model, event.result)
+            yield api.usage_chunk(id_, "chat.completion.chunk", model, event.result, fixed_tokens)
+
+
+def _choices(ctx: ServerContext, route: str, body: api.SamplingFields, greq: GenerateRequest) -> list[GenerateRequest]:
+    """One engine request per choice; with a seed, choice ``i`` samples with ``seed + i``."""
+    if body.n > 1 and body.stream:
+        raise APIError(400, "n > 1 is not supported with stream: true; send n requests or drop stream",
+                       code="unsupported_value", param="n")
+    greqs = [greq]
+    for i in range(1, body.n):
+        seed = greq.sampling.seed
+        if seed is not None:
+            seed = (seed + i - api.SEED_MIN) % 2**64 + api.SEED_MIN
+        sampling = dataclasses.replace(greq.sampling, seed=seed)
+        greqs.append(dataclasses.replace(greq, sampling=sampling, request_id=uuid.uuid4().hex))
+    return [ctx.submit(route, g) for g in greqs]
 
 
 def openai_router(ctx: ServerContext) -> APIRouter:
     router = APIRouter()
     created = int(time.time())
 
-    @router.get("/v1/models")
+    @router.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models() -> dict[str, Any]:
         return api.model_list(ctx.engine.model_name, created)
+
+    @router.api_route("/v1/models/{model_id:path}", methods=["GET", "HEAD"])
+    async def model(model_id: str) -> dict[str, Any]:
+        _check_model(ctx, model_id)
+        return api.model_card(model_id, created)
 
     @router.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
@@ -74,25 +96,27 @@ def openai_router(ctx: ServerContext) -> APIRouter:
         model = _check_model(ctx, body.model)
         if len(body.messages) > ctx.limits.max_messages:
             raise APIError(422, f"messages: {len(body.messages)} messages; the limit is {ctx.limits.max_messages}",
-                           code="invalid_value")
+                           code="invalid_value", param="messages")
         hint = read_hint({"custom_params": body.custom_params})
         fixed = hint.fixed_prefix if hint is not None else None
         if fixed is not None and fixed > len(body.messages):
             raise APIError(422, f"custom_params.kvflow.fixed_prefix: {fixed} exceeds the {len(body.messages)} "
-                           "messages sent", code="invalid_hint")
+                           "messages sent", code="invalid_hint", param="custom_params.kvflow.fixed_prefix")
         plan = tool_calls.plan_chat(body)
         messages = tool_calls.render_messages(body, plan)
         encoded = checked_encoding(lambda: ctx.engine.tokenizer.encode_chat(messages, fixed_messages=fixed))
         field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         greq = _request(ctx, body, encoded, hint, CHAT_DEFAULT_MAX_TOKENS, field)
-        greq = ctx.submit("chat", dataclasses.replace(greq, constraint=plan.constraint))
+        greqs = _choices(ctx, "chat", body, dataclasses.replace(greq, constraint=plan.constraint))
+        greq, decode, fixed_tokens = greqs[0], ctx.engine.tokenizer.decode, encoded.fixed_prefix_tokens
         id_ = api.completion_id("chatcmpl")
         if not body.stream:
-            result = await complete(request, ctx, greq)
-            reply = api.chat_completion(id_, model, result)
+            results = await complete_all(request, ctx, greqs, "messages")
+            reply = api.chat_completion(id_, model, results, decode, fixed_tokens)
             if plan.envelope:
-                choice = reply["choices"][0]
-                choice["message"], choice["finish_reason"] = tool_calls.parse_reply(result.text, result.finish_reason)
+                for choice, result in zip(reply["choices"], results):
+                    choice["message"], choice["finish_reason"] = tool_calls.parse_reply(result.text,
+                                                                                        result.finish_reason)
             return JSONResponse(reply)
         role_sent = False
         calls = tool_calls.ToolCallStream() if plan.envelope else None
@@ -103,16 +127,17 @@ def openai_router(ctx: ServerContext) -> APIRouter:
                 role_sent = True
                 yield api.chat_chunk(id_, model, {"role": "assistant", "content": ""})
             if calls is not None:
-                yield from _render_calls(id_, model, calls, event, body.wants_usage_chunk())
+                yield from _render_calls(id_, model, calls, event, body.wants_usage_chunk(), fixed_tokens)
                 return
-            if event.text_delta:
-                yield api.chat_chunk(id_, model, {"content": event.text_delta})
+            logprobs = api.chat_logprobs(decode, (event.logprob,)) if event.logprob is not None else None
+            if event.text_delta or logprobs is not None:
+                yield api.chat_chunk(id_, model, {"content": event.text_delta}, logprobs=logprobs)
             if event.result is not None:
                 yield api.chat_chunk(id_, model, {}, event.result.finish_reason)
                 if body.wants_usage_chunk():
-                    yield api.usage_chunk(id_, "chat.completion.chunk", model, event.result)
+                    yield api.usage_chunk(id_, "chat.completion.chunk", model, event.result, fixed_tokens)
 
-        return sse_response(*await open_stream(request, ctx, greq), render)
+        return sse_response(*await open_stream(request, ctx, greq, "messages"), render)
 
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -121,21 +146,26 @@ def openai_router(ctx: ServerContext) -> APIRouter:
         hint = read_hint({"custom_params": body.custom_params})
         fixed = hint.fixed_prefix if hint is not None else None
         encoded = ctx.encode_prompt(body.prompt, fixed, "prompt")
-        greq = ctx.submit("completions", _request(ctx, body, encoded, hint, COMPLETION_DEFAULT_MAX_TOKENS,
-                                                  "max_tokens"))
+        greqs = _choices(ctx, "completions", body, _request(ctx, body, encoded, hint, COMPLETION_DEFAULT_MAX_TOKENS,
+                                                            "max_tokens"))
+        greq, decode, fixed_tokens = greqs[0], ctx.engine.tokenizer.decode, encoded.fixed_prefix_tokens
         id_ = api.completion_id("cmpl")
         if not body.stream:
-            result = await complete(request, ctx, greq)
-            return JSONResponse(api.text_completion(id_, model, result))
+            results = await complete_all(request, ctx, greqs, "prompt")
+            return JSONResponse(api.text_completion(id_, model, results, decode, fixed_tokens))
+        offset = 0
 
         def render(event: StreamEvent) -> Iterable[dict[str, Any]]:
-            if event.text_delta:
-                yield api.text_chunk(id_, model, event.text_delta)
+            nonlocal offset
+            logprobs = api.text_logprobs(decode, (event.logprob,), offset) if event.logprob is not None else None
+            if event.text_delta or logprobs is not None:
+                yield api.text_chunk(id_, model, event.text_delta, logprobs=logprobs)
+                offset += len(event.text_delta)
             if event.result is not None:
                 yield api.text_chunk(id_, model, "", event.result.finish_reason)
                 if body.wants_usage_chunk():
-                    yield api.usage_chunk(id_, "text_completion", model, event.result)
+                    yield api.usage_chunk(id_, "text_completion", model, event.result, fixed_tokens)
 
-        return sse_response(*await open_stream(request, ctx, greq), render)
+        return sse_response(*await open_stream(request, ctx, greq, "prompt"), render)
 
     return router

@@ -24,8 +24,8 @@ from backends.server.errors import APIError, ClientDisconnected, error_body, fro
 from backends.server.limits import ServerLimits
 from kvflow_orch.protocol import HintError, KVFlowHint, extract_hint
 
-__all__ = ["ServerContext", "parse_body", "read_hint", "checked_encoding", "until_disconnect", "complete", "open_stream",
-           "sse_response"]
+__all__ = ["ServerContext", "parse_body", "read_hint", "checked_encoding", "until_disconnect", "complete",
+           "complete_all", "open_stream", "sse_response"]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -45,28 +45,30 @@ class ServerContext:
 
     def sampling(
         self, *, max_tokens: int | None, default_max_tokens: int, field: str, temperature: float,
-        top_p: float, seed: int | None, stop: str | list[str] | None, ignore_eos: bool,
+        top_p: float, seed: int | None, stop: str | list[str] | None, ignore_eos: bool, **options: Any,
     ) -> SamplingParams:
-        """``stop`` as the wire sends it: one string, a list of them, or none (Sampling normalises it)."""
+        """``stop`` as the wire sends it: one string, a list of them, or none (Sampling normalises it).
+        ``options``: further :class:`SamplingParams` fields (penalties, top_k, logprobs...)."""
         tokens = default_max_tokens if max_tokens is None else max_tokens
         if tokens > self.limits.max_tokens:
             raise APIError(422, f"{field}: {tokens} exceeds the server limit of {self.limits.max_tokens}",
-                           code="invalid_value")
+                           code="invalid_value", param=field)
         try:
             params = SamplingParams(max_tokens=tokens, temperature=temperature, top_p=top_p, seed=seed,
-                                    stop=stop, ignore_eos=ignore_eos)  # type: ignore[arg-type]
+                                    stop=stop, ignore_eos=ignore_eos, **options)  # type: ignore[arg-type]
         except ValueError as exc:
-            raise APIError(422, str(exc), code="invalid_value") from None
+            raise APIError(422, str(exc), code="invalid_value", param=str(exc).split(" ", 1)[0]) from None
+        self.check_token_ids(tuple(token for token, _ in params.logit_bias), "logit_bias")
         if len(params.stop) > self.limits.max_stop:
             raise APIError(422, f"stop: {len(params.stop)} stop strings; the limit is {self.limits.max_stop}",
-                           code="invalid_value")
+                           code="invalid_value", param="stop")
         return params
 
     def check_token_ids(self, ids: tuple[int, ...], field: str) -> None:
         vocab = getattr(self.engine.tokenizer, "vocab_size", None)
         if vocab is not None and ids and max(ids) >= vocab:
             raise APIError(422, f"{field}: token id {max(ids)} is outside the vocabulary (size {vocab})",
-                           code="invalid_value")
+                           code="invalid_value", param=field)
 
     def encode_prompt(self, prompt: str | Sequence[int], fixed: int | None, field: str) -> EncodedPrompt:
         """A text prompt (``fixed`` counts characters) or token ids (``fixed`` counts tokens)."""
@@ -97,7 +99,9 @@ def read_hint(body: Mapping[str, Any], *, route: str = "openai") -> KVFlowHint |
     try:
         return extract_hint(body, route=route)
     except HintError as exc:
-        raise from_engine_error(exc) from None
+        error = from_engine_error(exc)
+        error.param = "sampling_params.custom_params.kvflow" if route == "generate" else error.param
+        raise error from None
 
 
 def checked_encoding(encode: Callable[[], EncodedPrompt]) -> EncodedPrompt:
@@ -134,13 +138,28 @@ async def until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
     return work.result()
 
 
-async def complete(request: Request, ctx: ServerContext, greq: GenerateRequest) -> GenerateResult:
+async def complete(request: Request, ctx: ServerContext, greq: GenerateRequest,
+                   prompt_field: str | None = None) -> GenerateResult:
+    """``prompt_field`` names the prompt's field in a context-length error."""
     try:
         return await until_disconnect(request, ctx.engine.generate(greq))
     except (ClientDisconnected, APIError):
         raise
     except Exception as exc:
-        raise from_engine_error(exc) from None
+        raise from_engine_error(exc, prompt_field=prompt_field) from None
+
+
+async def complete_all(request: Request, ctx: ServerContext, greqs: Sequence[GenerateRequest],
+                       prompt_field: str | None = None) -> list[GenerateResult]:
+    """:func:`complete` for several requests at once (the choices of ``n > 1``); one failing fails all."""
+    if len(greqs) == 1:
+        return [await complete(request, ctx, greqs[0], prompt_field)]
+    try:
+        return list(await until_disconnect(request, asyncio.gather(*(ctx.engine.generate(g) for g in greqs))))
+    except (ClientDisconnected, APIError):
+        raise
+    except Exception as exc:
+        raise from_engine_error(exc, prompt_field=prompt_field) from None
 
 
 async def _aclose(events: AsyncIterator[StreamEvent]) -> None:
@@ -153,7 +172,7 @@ async def _aclose(events: AsyncIterator[StreamEvent]) -> None:
 
 
 async def open_stream(
-    request: Request, ctx: ServerContext, greq: GenerateRequest
+    request: Request, ctx: ServerContext, greq: GenerateRequest, prompt_field: str | None = None
 ) -> tuple[StreamEvent, AsyncIterator[StreamEvent]]:
     """Start a stream and wait for its first event, so that a request the engine refuses
     (too large, invalid) still gets a proper HTTP status instead of a 200 with an in-band error."""
@@ -166,7 +185,7 @@ async def open_stream(
             raise
         if isinstance(exc, StopAsyncIteration):
             exc = RuntimeError("the engine ended the stream without a result")
-        raise from_engine_error(exc) from None
+        raise from_engine_error(exc, prompt_field=prompt_field) from None
     return first, events
 
 
@@ -186,7 +205,7 @@ async def _sse_body(
                     yield _data(payload)
     except Exception as exc:
         error = exc if isinstance(exc, APIError) else from_engine_error(exc)
-        yield _data(error_body(error.message, error.type, error.code))
+        yield _data(error_body(error.message, error.type, error.code, error.param))
     finally:
         await _aclose(events)
     yield b"data: [DONE]\n\n"

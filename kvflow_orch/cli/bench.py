@@ -7,7 +7,8 @@
     kvflow bench calibrate [--model tiny-random|smollm2-135m|DIR] [--out PROFILE.json] [--compare]
 
 Every run prints the table (system x config: latency, speedup over hicache and gpu-only, gap to
-infinite, device-hit ratio) and writes ``results.json`` plus one PNG per group under ``--out``.
+infinite, device-hit ratio) and writes ``results.json`` plus one PNG per group under ``--out``
+(default ``./kvflow-results/<name>`` under the current directory, printed before the run starts).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from backends.sim.systems import SYSTEM_NAMES
 
 __all__ = ["add_arguments", "main"]
 
-DEFAULT_OUT = Path("benchmarks/results")
+DEFAULT_OUT = Path("kvflow-results")
+"""Relative to the current directory; the repository's committed results are written with ``--out``."""
 
 
 def _common(p: argparse.ArgumentParser, bundled: dict[str, list[str]]) -> None:
@@ -61,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _common(rep, bundled)
     cal = sub.add_parser("calibrate", help="measure the embedded engine and write a hardware profile")
     cal.add_argument("--model", default="tiny-random", help="embedded engine model (tiny-random, smollm2-135m, DIR)")
-    cal.add_argument("--out", type=Path, default=None, help="profile to write (default benchmarks/results/calibrated-<model>.json)")
+    cal.add_argument("--out", type=Path, default=None, help=f"profile to write (default {DEFAULT_OUT}/calibrated-<model>.json)")
     cal.add_argument("--compare", action="store_true",
                      help="also run the synthetic workflow on the engine and on the simulator and report the error")
     cal.add_argument("--agents", type=int, default=4)
@@ -128,6 +130,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
     name, scenarios = _scenarios(args)
     out = args.out or (DEFAULT_OUT / name)
+    print(f"kvflow bench {args.bench_command}: {len(scenarios)} scenarios x {len(args.systems)} systems; results go to "
+          f"{out.resolve()}", file=sys.stderr, flush=True)
     start = time.perf_counter()
 
     def progress(sr) -> None:

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -190,8 +191,10 @@ def compare(model: str, hw: HardwareProfile, mprof: ModelProfile, *, agents: int
 
 
 def main(args: argparse.Namespace) -> int:
+    print(f"kvflow bench calibrate: measuring {args.model} on this machine (prefill, decode, copy)...",
+          file=sys.stderr, flush=True)
     hw, mprof, raw = measure(args.model)
-    out = args.out or Path("benchmarks/results") / f"calibrated-{mprof.name}.json"
+    out = args.out or Path("kvflow-results") / f"calibrated-{mprof.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(hw.to_json(), indent=1) + "\n")
     model_out = out.with_name(out.stem + ".model.json")
@@ -204,6 +207,8 @@ def main(args: argparse.Namespace) -> int:
           f"+ {hw.link_latency_s * 1e6:.0f} us")
     print(f"wrote {out} and {model_out} (use: kvflow bench sim --hardware {out} --model {model_out})")
     if args.compare:
+        print("kvflow bench calibrate: running the synthetic workflow on the engine and the simulator...",
+              file=sys.stderr, flush=True)
         result = compare(args.model, hw, mprof, agents=args.agents, fixed=args.fixed, rounds=args.rounds)
         ok = abs(result["error"]) <= 0.20
         print(f"synthetic {result['agents']} agents x {result['rounds']} rounds, fixed {result['fixed']}: "

@@ -22,6 +22,8 @@ from typing import Any, Callable, NamedTuple
 
 from backends.kvcache import policy_names
 
+from .startup import STARTUP_ERRORS
+
 __all__ = ["add_arguments", "main", "EngineRun", "run_on_engine", "DEMO_IDEA"]
 
 DEMO_IDEA = "a command-line todo list that stores tasks in a local JSON file, with due dates and tags"
@@ -130,6 +132,9 @@ def main(args: argparse.Namespace) -> int:
         except WorkflowError as exc:
             print(f"kvflow demo: {exc}", file=sys.stderr)
             return 1
+        except STARTUP_ERRORS as exc:  # the model or the pools could not be loaded: one line, no traceback
+            print(f"kvflow demo: cannot start the engine: {exc}", file=sys.stderr)
+            return 2
     outcome = runs["kvflow"]
     print()
     print_table("Per agent, kvflow run (steps sent = the agent's steps-to-execution in each hint, '-' = never again)",

@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    print(f"kvflow export-model: reading {args.model} and writing {args.dir}...", file=sys.stderr, flush=True)
     try:
         out = export_model(args.model, args.dir, dtype=args.dtype, force=args.force)
     except (ValueError, FileNotFoundError, FileExistsError) as exc:

@@ -26,7 +26,7 @@ class GraphSpecError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="MODULE:ATTR", help="e.g. workflows.software_company:workflow")
+    parser.add_argument("target", metavar="MODULE:ATTR", help="e.g. workflows.metagpt:workflow")
     parser.add_argument("--mermaid", action="store_true", help="print Mermaid flowchart text instead")
 
 

@@ -69,6 +69,7 @@ def main(args: argparse.Namespace) -> int:
     from ..runtime import run
     from ..protocol import write_calls
     from .report import ProgressPrinter
+    from .startup import STARTUP_ERRORS
 
     try:
         inputs = parse_input(args.input)
@@ -81,6 +82,9 @@ def main(args: argparse.Namespace) -> int:
     except WorkflowError as exc:
         print(f"kvflow run: invalid workflow {args.target}: {exc}", file=sys.stderr)
         return 1
+    if not args.quiet and str(args.backend).startswith("local"):
+        print(f"kvflow run: loading the embedded engine ({args.backend}); progress per node follows",
+              file=sys.stderr, flush=True)
     try:
         result = run(
             asg,
@@ -97,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
     except WorkflowError as exc:
         print(f"kvflow run: {exc}", file=sys.stderr)
         return 1
-    except ValueError as exc:  # a backend argument that names nothing
+    except STARTUP_ERRORS as exc:  # a backend argument that names nothing, a local model that cannot load
         print(f"kvflow run: {exc}", file=sys.stderr)
         return 2
     finally:

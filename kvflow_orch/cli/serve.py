@@ -19,6 +19,8 @@ from typing import Any
 
 from backends.kvcache import policy_names
 
+from .startup import STARTUP_ERRORS, bind_port, min_device_tokens, non_negative_int, port_number, positive_int
+
 __all__ = ["add_arguments", "main", "BUILTIN_MODELS"]
 
 BUILTIN_MODELS = ("smollm2-135m", "tiny-random")
@@ -32,37 +34,16 @@ def _model(value: str) -> str:
                                      "nor a Hugging Face model directory")
 
 
-def _positive(value: str) -> int:
-    number = int(value)
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {number}")
-    return number
-
-
-def _non_negative(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {number}")
-    return number
-
-
-def _port(value: str) -> int:
-    number = int(value)
-    if not 0 < number < 65536:
-        raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {number}")
-    return number
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=_model, default="smollm2-135m",
                         help="smollm2-135m, tiny-random, or a Hugging Face model directory (default: smollm2-135m)")
-    parser.add_argument("--device-tokens", type=_positive, default=None, metavar="N",
+    parser.add_argument("--device-tokens", type=positive_int, default=None, metavar="N",
                         help="device KV pool capacity in tokens (default: the engine's)")
-    parser.add_argument("--host-tokens", type=_non_negative, default=None, metavar="M",
+    parser.add_argument("--host-tokens", type=non_negative_int, default=None, metavar="M",
                         help="host KV pool capacity in tokens; 0 disables the host tier (default: the engine's)")
     parser.add_argument("--policy", choices=policy_names(online=True), default="kvflow", help="eviction policy (default: kvflow)")
     parser.add_argument("--no-prefetch", action="store_true", help="do not prefetch host KV ahead of use")
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
+    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     parser.add_argument("--api-key", default=None, metavar="K",
                         help="require 'Authorization: Bearer K' on every route but /health")
@@ -114,18 +95,40 @@ def main(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and not args.api_key:
         print(f"kvflow serve: warning: binding {args.host} without --api-key exposes the server to the network",
               file=sys.stderr)
+    try:
+        sock = bind_port(args.host, args.port)  # before the model loads: a busy port fails in a second
+    except OSError as exc:
+        print(f"kvflow serve: {exc}", file=sys.stderr)
+        return 2
+    with sock:
+        return _serve_local(args, sock)
+
+
+def _serve_local(args: argparse.Namespace, sock: Any) -> int:
     import uvicorn
 
     from backends.local import Engine
     from backends.server import create_app
 
+    print(f"kvflow serve: loading {args.model}...", file=sys.stderr, flush=True)
     try:
         engine = Engine(_engine_config(args))
-    except (ValueError, OSError) as exc:
+    except STARTUP_ERRORS as exc:
         print(f"kvflow serve: cannot start the engine: {exc}", file=sys.stderr)
+        return 2
+    minimum = min_device_tokens(engine.tokenizer)
+    if engine.config.cache.device_tokens < minimum:
+        engine.close()
+        print(f"kvflow serve: --device-tokens {engine.config.cache.device_tokens} cannot hold even the smallest "
+              f"request ({minimum} tokens with {args.model}'s chat template); use at least {minimum}, and "
+              "thousands to keep agents' prompts cached", file=sys.stderr)
         return 2
     app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes)
     print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
           f"prefetch {'off' if args.no_prefetch else 'on'})", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
-    return 0
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled; the shutdown was clean
+        pass
+    return 0 if server.started else 1

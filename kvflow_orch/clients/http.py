@@ -222,11 +222,13 @@ def _parse_completion(response: httpx.Response, backend: str) -> LLMReply:
             raise ValueError("choices[0].message.content is not a string")
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
+        fixed = usage.get("fixed_prefix_tokens")  # a kvflow server's fixed-prefix boundary; absent elsewhere
         return LLMReply(
             text=content,
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
             cached_tokens=int(details.get("cached_tokens") or 0),
+            fixed_tokens=int(fixed) if isinstance(fixed, int) and not isinstance(fixed, bool) else None,
         )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         snippet = response.text[:200].replace("\n", " ")

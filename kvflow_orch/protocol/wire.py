@@ -13,6 +13,7 @@ run again") in Python, non-negative numbers or ``null`` on the wire.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
@@ -25,6 +26,8 @@ __all__ = ["STEPS_ROUTE", "INFO_ROUTE", "STATS_ROUTE", "KVFlowHint", "StepsUpdat
 STEPS_ROUTE = "/kvflow/v1/steps"
 INFO_ROUTE = "/kvflow/v1/info"
 STATS_ROUTE = "/kvflow/v1/stats"
+
+log = logging.getLogger("kvflow.protocol")
 
 
 class _Strict(BaseModel):
@@ -100,6 +103,8 @@ def extract_hint(body: Mapping[str, Any], *, route: str = "openai") -> KVFlowHin
     """Read the hint from a request body; ``None`` when the body carries none.
 
     Raises :class:`HintError` (with pydantic's message naming the field) for a malformed hint.
+    Fields this version does not know are dropped with a warning (a newer client's hint still
+    works); the known ones are validated strictly.
     """
     if route == "generate":
         container = (body.get("sampling_params") or {}).get("custom_params")
@@ -112,6 +117,11 @@ def extract_hint(body: Mapping[str, Any], *, route: str = "openai") -> KVFlowHin
     raw = container.get("kvflow")
     if raw is None:
         return None
+    if isinstance(raw, Mapping):
+        unknown = sorted(str(k) for k in raw if k not in KVFlowHint.model_fields)
+        if unknown:
+            log.warning("ignoring unknown kvflow hint field(s) %s", ", ".join(unknown)[:200])
+            raw = {k: v for k, v in raw.items() if k in KVFlowHint.model_fields}
     try:
         return KVFlowHint.model_validate(raw)
     except ValidationError as exc:

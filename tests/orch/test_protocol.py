@@ -62,12 +62,19 @@ def test_body_without_hint_extracts_none():
         ({"workflow_id": "w" * (MAX_NAME_LEN + 1), "agent": "a"}, "workflow_id"),
         ({"workflow_id": "w"}, "agent"),
         ({"workflow_id": "w", "agent": "a", "fixed_prefix": -3}, "fixed_prefix"),
-        ({"workflow_id": "w", "agent": "a", "surprise": 1}, "surprise"),
+        ({"workflow_id": "w", "agent": "a", "surprise": 1, "steps": {"a": "x"}}, "steps"),
     ],
 )
 def test_bad_hints_name_the_field(raw, field):
     with pytest.raises(HintError, match=field):
         extract_hint({"custom_params": {"kvflow": raw}})
+
+
+def test_unknown_hint_fields_are_dropped_with_a_warning(caplog):
+    with caplog.at_level("WARNING", logger="kvflow.protocol"):
+        hint = extract_hint({"custom_params": {"kvflow": {"workflow_id": "w", "agent": "a", "surprise": 1}}})
+    assert hint == KVFlowHint(workflow_id="w", agent="a")
+    assert "surprise" in caplog.text
 
 
 def test_agent_count_limit():

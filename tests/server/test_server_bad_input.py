@@ -40,7 +40,21 @@ CASES: list[tuple[str, str, Any, int, str]] = [
     ("max-tokens-string", "/v1/chat/completions", {"messages": USER, "max_tokens": "10"}, 422, "max_tokens"),
     ("temperature-negative", "/v1/chat/completions", {"messages": USER, "temperature": -1}, 422, "temperature"),
     ("top-p-zero", "/v1/chat/completions", {"messages": USER, "top_p": 0}, 422, "top_p"),
-    ("n-two", "/v1/chat/completions", {"messages": USER, "n": 2}, 422, "n"),
+    ("n-too-many", "/v1/chat/completions", {"messages": USER, "n": 17}, 422, "n"),
+    ("n-two-streamed", "/v1/chat/completions", {"messages": USER, "n": 2, "stream": True}, 400, "n > 1"),
+    ("seed-65-bit", "/v1/chat/completions", {"messages": USER, "seed": 2**64}, 422, "seed"),
+    ("logit-bias-not-a-token", "/v1/chat/completions", {"messages": USER, "logit_bias": {"hi": 5}}, 422, "logit_bias"),
+    ("logit-bias-too-big", "/v1/chat/completions", {"messages": USER, "logit_bias": {"3": 500}}, 422, "logit_bias"),
+    ("logit-bias-out-of-vocab", "/v1/chat/completions", {"messages": USER, "logit_bias": {"999999999": 1}}, 422,
+     "vocabulary"),
+    ("top-logprobs-without-logprobs", "/v1/chat/completions", {"messages": USER, "top_logprobs": 2}, 422,
+     "top_logprobs"),
+    ("top-logprobs-too-many", "/v1/chat/completions", {"messages": USER, "logprobs": True, "top_logprobs": 21}, 422,
+     "top_logprobs"),
+    ("presence-penalty-out-of-range", "/v1/chat/completions", {"messages": USER, "presence_penalty": 3}, 422,
+     "presence_penalty"),
+    ("top-k-negative", "/v1/chat/completions", {"messages": USER, "top_k": -2}, 422, "top_k"),
+    ("min-p-over-one", "/v1/chat/completions", {"messages": USER, "min_p": 1.5}, 422, "min_p"),
     ("unknown-model", "/v1/chat/completions", {"model": "gpt-9", "messages": USER}, 404, "gpt-9"),
     ("hint-negative-steps", "/v1/chat/completions", _hint(steps={"a": -3}), 422, "steps"),
     ("hint-100k-agents", "/v1/chat/completions", _hint(steps={f"agent{i}": 1 for i in range(100_000)}), 422, "steps"),
@@ -48,11 +62,10 @@ CASES: list[tuple[str, str, Any, int, str]] = [
     ("hint-steps-not-a-map", "/v1/chat/completions", _hint(steps=[1, 2]), 422, "steps"),
     ("hint-missing-agent", "/v1/chat/completions",
      {"messages": USER, "custom_params": {"kvflow": {"workflow_id": "w"}}}, 422, "agent"),
-    ("hint-unknown-field", "/v1/chat/completions", _hint(priority=3), 422, "priority"),
     ("hint-not-object", "/v1/chat/completions", {"messages": USER, "custom_params": {"kvflow": 7}}, 422, "kvflow"),
     ("hint-fixed-prefix-too-far", "/v1/chat/completions", _hint(fixed_prefix=5), 422, "fixed_prefix"),
     ("prompt-longer-than-pool", "/v1/chat/completions",
-     {"messages": [{"role": "user", "content": "word " * (DEVICE_TOKENS * 2)}], "max_tokens": 4}, 413, "token"),
+     {"messages": [{"role": "user", "content": "word " * (DEVICE_TOKENS * 2)}], "max_tokens": 4}, 400, "token"),
     ("completion-empty-prompt", "/v1/completions", {"prompt": ""}, 422, "prompt"),
     ("completion-two-prompts", "/v1/completions", {"prompt": ["a", "b"]}, 422, "one prompt"),
     ("completion-negative-ids", "/v1/completions", {"prompt": [1, -2]}, 422, "prompt"),
@@ -61,7 +74,10 @@ CASES: list[tuple[str, str, Any, int, str]] = [
     ("generate-both-prompts", "/generate", {"text": "a", "input_ids": [1]}, 422, "text or input_ids"),
     ("generate-batch", "/generate", {"text": ["a", "b"]}, 422, "batched"),
     ("generate-unknown-sampling-key", "/generate", {"text": "a", "sampling_params": {"beam": 4}}, 422, "sampling_params.beam"),
-    ("generate-unsupported-top-k", "/generate", {"text": "a", "sampling_params": {"top_k": 5}}, 422, "top_k"),
+    ("generate-unsupported-min-new-tokens", "/generate", {"text": "a", "sampling_params": {"min_new_tokens": 5}}, 422,
+     "min_new_tokens"),
+    ("generate-seed-65-bit", "/generate", {"text": "a", "sampling_params": {"sampling_seed": -(2**64)}}, 422,
+     "sampling_seed"),
     ("generate-max-new-tokens-zero", "/generate", {"text": "a", "sampling_params": {"max_new_tokens": 0}}, 422, "max_new_tokens"),
     ("generate-hint-negative", "/generate",
      {"text": "a", "sampling_params": {"custom_params": {"kvflow": {**GOOD_HINT, "steps": {"a": -1}}}}}, 422, "steps"),
@@ -81,7 +97,8 @@ def test_bad_input_is_a_clear_json_4xx(client: httpx.Client, route: str, body: A
         r = client.post(route, json=body)
     assert r.status_code == status, r.text
     error = r.json()["error"]
-    assert set(error) == {"message", "type", "code"}
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["code"], str)
     assert needle in error["message"], error["message"]
     assert client.get("/health").status_code == 200
     assert_no_leak(client)

@@ -28,13 +28,14 @@ def test_parse_custom_params_reads_the_hint(plugin):
     assert (hint.agent, hint.namespace, hint.workflow_id, hint.steps) == ("coder", "app", "wf-1", {"coder": 0, "qa": 2})
     assert explicit == 12
     assert parse_custom_params(None) is None and parse_custom_params({"unrelated": True}) is None
+    # a newer client's extra hint field is ignored (with a warning), not a failure
+    assert parse_custom_params({"kvflow": {"workflow_id": "w", "agent": "a", "bogus": 1}})[0].agent == "a"
 
 
 @pytest.mark.parametrize("custom_params, names", [
     ("not-an-object", "custom_params must be an object"),
     ({"kvflow": {"workflow_id": "w", "agent": "a", "steps": {"a": -1}}}, "steps"),
     ({"kvflow": {"workflow_id": "w", "steps": {}}}, "agent"),
-    ({"kvflow": {"workflow_id": "w", "agent": "a", "bogus": 1}}, "bogus"),
     ({"kvflow": {"workflow_id": "w", "agent": "a", "steps": {"a": "soon"}}}, "steps"),
     ({"kvflow": {"workflow_id": "w", "agent": "a", "steps": {f"x{i}": 1 for i in range(5000)}}}, "limit"),
     ({"kvflow": "coder"}, "kvflow"),

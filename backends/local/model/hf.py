@@ -64,7 +64,12 @@ def _load_weights(path: Path) -> dict[str, torch.Tensor]:
     for name in files:
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path}: missing weight file {name}")
-        state.update(load_file(str(path / name)))
+        try:
+            state.update(load_file(str(path / name)))
+        except Exception as exc:  # SafetensorError, or an OSError for an unreadable file
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(f"{path / name}: not a readable safetensors file ({first}); delete it or "
+                             "replace it with a good copy") from None
     return {k.removeprefix("model."): v for k, v in state.items()}
 
 

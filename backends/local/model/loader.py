@@ -80,9 +80,17 @@ def read_source(source: str, seed: int = 0) -> tuple[ModelConfig, dict[str, torc
     if source == "tiny-random":
         return _tiny_random(seed)
     if source == "smollm2-135m":
-        return read_hf_dir(smollm2_hf_dir())
+        target = smollm2_hf_dir()
+        try:
+            return read_hf_dir(target)
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"{exc}; the converted copy in the cache is damaged: delete {target} and it is "
+                             "converted again on the next start") from None
     if is_hf_dir(source):
         return read_hf_dir(source)
+    if os.path.isdir(source):
+        raise ValueError(f"{source}: config.json is missing; a model directory holds config.json, the "
+                         "safetensors weights and tokenizer.json (kvflow export-model writes one)")
     raise ValueError(f"unknown model {source!r}: use one of {', '.join(BUILTIN_MODELS)} or a Hugging Face directory")
 
 

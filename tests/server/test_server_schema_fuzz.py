@@ -1,0 +1,45 @@
+"""A bounded schemathesis run against the real server's ``/openapi.json``: generated requests (valid
+and invalid) to every documented route never get a 5xx, and every answer matches the document
+(status, content type, body schema: the error shape included)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from schemathesis.checks import not_a_server_error  # noqa: E402
+from schemathesis.generation.modes import GenerationMode  # noqa: E402
+from schemathesis.specs.openapi.checks import (content_type_conformance, response_schema_conformance,  # noqa: E402
+                                               status_code_conformance)
+
+from server_helpers import Served, assert_no_leak  # noqa: E402
+
+EXAMPLES = 20  # per operation and mode: bounded so the whole run takes well under a minute on two cores
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
+def _operations(served: Served) -> list[Any]:
+    schema = schemathesis.openapi.from_url(served.url + "/openapi.json")
+    return [result.ok() for result in schema.get_all_operations()]
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_no_5xx_and_every_answer_matches_the_document(served: Served, client: httpx.Client,
+                                                      mode: GenerationMode) -> None:
+    operations = _operations(served)
+    assert len(operations) >= 10
+    if mode is GenerationMode.NEGATIVE:  # only a body can be sent invalid (a path segment is any string)
+        operations = [op for op in operations if op.method.upper() == "POST"]
+    for operation in operations:
+        @given(case=operation.as_strategy(generation_mode=mode))
+        @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=list(HealthCheck))
+        def run(case: Any) -> None:
+            case.call_and_validate(checks=CHECKS, timeout=60)
+
+        run()
+    assert_no_leak(client)
