@@ -25,7 +25,7 @@ and ``u``'s firing combines its outcomes::
     plain edge / AND-join membership u -> w:  succ_v(w)                      (always fires)
     conditional edges of u:                   sum over targets t of p_u(t) * succ_v(t)
                                               (END contributes nothing; h capped at 1)
-    (h_v(u), g_v(u)) = the outcome with the smallest g / h                    (min, as static)
+    (h_v(u), g_v(u)) = the outcome with the smallest g / h**2                 (min, as static)
 
 For one token moving through the graph (every firing picks exactly one successor) this is exact.
 Concurrent branches (fan-out, several routers) take the most urgent outcome, as the static solver's
@@ -35,11 +35,11 @@ In a run-time state with active (running or triggered) nodes ``A`` and static st
 
     steps(v) = 0                                          if v in A
              = inf                                        if s(v) = inf (cannot run again)
-             = max(s(v), min over a in A of g_v(a) / h_v(a))
+             = max(s(v), min over a in A of g_v(a) / h_v(a)**2)
 
 The ``max`` with the static value keeps AND-join waits (a join target cannot run before its last
 member) and makes deterministic parts equal the static values: with every probability 0 or 1,
-``g / h`` is a shortest distance, never above ``s(v)``.
+``g / h**2`` is a shortest distance, never above ``s(v)``.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def _fire(v: int, always: Sequence[int], routed: Mapping[int, float], h: list[fl
     best_score = INF
     for w in always:
         cand = (1.0, 1.0) if w == v else (h[w], g[w] + h[w])
-        if cand[0] > 0 and cand[1] / cand[0] < best_score:
-            best, best_score = cand, cand[1] / cand[0]
+        if cand[0] > 0 and _score(*cand) < best_score:
+            best, best_score = cand, _score(*cand)
     if routed:
         mh = mg = 0.0
         for w, p in routed.items():
@@ -101,9 +101,14 @@ def _fire(v: int, always: Sequence[int], routed: Mapping[int, float], h: list[fl
         if mh > 1.0:  # inclusion probabilities of a fan-out router may sum above 1
             mg /= mh
             mh = 1.0
-        if mh > 0 and mg / mh < best_score:
+        if mh > 0 and _score(mh, mg) < best_score:
             best = (mh, mg)
     return best
+
+
+def _score(h: float, g: float) -> float:
+    """``E[T | hit] / P(hit)`` from ``h = P(hit)`` and ``g = E[T ; hit]``."""
+    return g / (h * h)
 
 
 def expected_steps(tables: ExpectedTables, active: Sequence[int], static: list[float]) -> list[float]:
@@ -117,7 +122,7 @@ def expected_steps(tables: ExpectedTables, active: Sequence[int], static: list[f
         for a in active:
             hv, gv = row[a]
             if hv > 0:
-                score = gv / hv
+                score = _score(hv, gv)
                 if score < best:
                     best = score
         if best != INF and best > s:

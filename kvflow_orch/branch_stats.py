@@ -17,7 +17,7 @@ them), so a router never observed is uniform and no declared target gets probabi
 fade (a window of about ``1 / (1 - decay)`` decisions) and a drifting app is followed.
 
 Bounded: at most ``max_routers`` routers (the least recently observed is forgotten) and
-``max_targets`` targets per router (the rarest is forgotten). Thread- and task-safe: one lock
+``max_targets`` targets per router (the rarest other target makes room for a new one). Thread- and task-safe: one lock
 guards every read and write; ``version`` changes on every observation so callers can cache what
 they derive from the probabilities.
 """
@@ -88,11 +88,12 @@ class BranchStats:
                 for t in entry.counts:
                     entry.counts[t] *= self.decay
             entry.decisions += 1
-            for t in dict.fromkeys(chosen):
+            chosen = list(dict.fromkeys(chosen))
+            for t in chosen:
                 entry.counts[t] = entry.counts.get(t, 0.0) + 1
-            while len(entry.counts) > self.max_targets:
-                rarest = min(entry.counts, key=entry.counts.__getitem__)
-                del entry.counts[rarest]
+            while len(entry.counts) > self.max_targets:  # the rarest other target makes room
+                others = [t for t in entry.counts if t not in chosen] or list(entry.counts)
+                del entry.counts[min(others, key=entry.counts.__getitem__)]
             self._version += 1
 
     # ------------------------------------------------------------------ reading
