@@ -15,7 +15,7 @@ State keys: ``task`` (input), ``turn``, ``plan``, ``work``.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 from kvflow_orch import END, START, Workflow
 
@@ -24,6 +24,13 @@ from ._routing import draw, named_choice, zipf_weights
 
 __all__ = ["supervisor", "supervisor_app", "routing", "worker_names", "workflow"]
 
+
+
+class SupervisorState(TypedDict, total=False):
+    task: str
+    turn: int
+    plan: str
+    work: str
 
 def worker_names(workers: int) -> list[str]:
     return [f"worker_{i}" for i in range(workers)]
@@ -83,8 +90,6 @@ def supervisor(workers: int = 8, zipf_s: float = 1.2, rounds: int = 6, fixed: in
 def supervisor_app(llm: Any, workers: int = 8, zipf_s: float = 1.2, rounds: int = 6, fixed: int = 256,
                    dynamic: int = 16, seed: int = 0) -> Any:
     """The same app as a compiled LangGraph graph; ``llm`` is a LangChain chat model."""
-    from typing import TypedDict
-
     from langchain_core.messages import HumanMessage, SystemMessage
     from langgraph.graph import END as LG_END, START as LG_START, StateGraph
 
@@ -93,30 +98,25 @@ def supervisor_app(llm: Any, workers: int = 8, zipf_s: float = 1.2, rounds: int 
     weights = routing(workers, zipf_s)["supervisor"]
     boss, roles = _roles(workers, fixed)
 
-    class State(TypedDict, total=False):
-        task: str
-        turn: int
-        plan: str
-        work: str
 
-    def supervise(state: State) -> dict:
+    def supervise(state: SupervisorState) -> dict:
         turn = state.get("turn", 0) + 1
         reply = llm.invoke([SystemMessage(boss), HumanMessage(f"Task: {state.get('task', '')}. Turn {turn}. "
                                                               + filler(dynamic, (state.get("task"), turn)))])
         return {"turn": turn, "plan": reply.content}
 
     def worker(name: str, role: str):
-        def run(state: State) -> dict:
+        def run(state: SupervisorState) -> dict:
             reply = llm.invoke([SystemMessage(role), HumanMessage(f"{name}: do turn {state.get('turn', 0)}. "
                                                                   + filler(dynamic, (name, state.get("task"))))])
             return {"work": reply.content}
         return run
 
-    def route(state: State) -> str:
+    def route(state: SupervisorState) -> str:
         target = _route(state, names, weights, rounds, seed)
         return LG_END if target == END else target
 
-    graph = StateGraph(State)
+    graph = StateGraph(SupervisorState)
     graph.add_node("supervisor", supervise)
     for name, role in zip(names, roles):
         graph.add_node(name, worker(name, role))

@@ -13,7 +13,7 @@ and the hop, so runs are reproducible.
 from __future__ import annotations
 
 import random
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 from kvflow_orch import END, START, Workflow
 
@@ -22,6 +22,12 @@ from ._routing import draw, named_choice, zipf_weights
 
 __all__ = ["swarm", "swarm_app", "routing", "agent_names", "workflow"]
 
+
+
+class SwarmState(TypedDict, total=False):
+    task: str
+    hops: int
+    last: str
 
 def agent_names(agents: int) -> list[str]:
     return [f"agent_{i}" for i in range(agents)]
@@ -82,8 +88,6 @@ def swarm(agents: int = 6, zipf_s: float = 1.2, hops: int = 8, fixed: int = 256,
 def swarm_app(llm: Any, agents: int = 6, zipf_s: float = 1.2, hops: int = 8, fixed: int = 256, dynamic: int = 16,
               seed: int = 0) -> Any:
     """The same app as a compiled LangGraph graph whose agents return ``Command(goto=...)``."""
-    from typing import TypedDict
-
     from langchain_core.messages import HumanMessage, SystemMessage
     from langgraph.graph import END as LG_END, START as LG_START, StateGraph
     from langgraph.types import Command
@@ -93,13 +97,9 @@ def swarm_app(llm: Any, agents: int = 6, zipf_s: float = 1.2, hops: int = 8, fix
     names = list(matrix)
     roles = _roles(names, fixed)
 
-    class State(TypedDict, total=False):
-        task: str
-        hops: int
-        last: str
 
     def agent(name: str):
-        def run(state: State) -> Command:
+        def run(state: SwarmState) -> Command:
             hop = state.get("hops", 0) + 1
             reply = llm.invoke([SystemMessage(roles[name]), HumanMessage(
                 f"Task: {state.get('task', '')}. Hop {hop}. " + filler(dynamic, (name, state.get("task"), hop)))])
@@ -108,7 +108,7 @@ def swarm_app(llm: Any, agents: int = 6, zipf_s: float = 1.2, hops: int = 8, fix
             return Command(update=update, goto=LG_END if target == END else target)
         return run
 
-    graph = StateGraph(State)
+    graph = StateGraph(SwarmState)
     for name in names:
         graph.add_node(name, agent(name), destinations=(*matrix[name], LG_END))
     graph.add_edge(LG_START, names[0])
