@@ -24,6 +24,7 @@ __all__ = [
     "run_many",
     "arun_many",
     "RunResult",
+    "BranchStats",
 ]
 
 _LAZY = {
@@ -39,6 +40,7 @@ _LAZY = {
     "run_many": "kvflow_orch.runtime",
     "arun_many": "kvflow_orch.runtime",
     "RunResult": "kvflow_orch.runtime",
+    "BranchStats": "kvflow_orch.branch_stats",
 }
 
 

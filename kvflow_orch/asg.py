@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from ._expected import ExpectedTables, build_tables
 from ._steps import TriggerIndex, solve_steps
 from .constants import END, RESERVED_NAMES, START
 from .errors import WorkflowError
@@ -25,6 +26,7 @@ from .protocol import MAX_AGENTS, check_name
 if TYPE_CHECKING:
     import networkx as nx
 
+    from .branch_stats import BranchStats
     from .builder import Workflow
     from .tracker import StepTracker
 
@@ -108,6 +110,7 @@ class AgentStepGraph:
             raise WorkflowError("no edge from START: add wf.add_edge(START, '<first node>')")
 
         self.index = self._build_index()
+        self._expected_cache: tuple[tuple[int, int], ExpectedTables] | None = None
         self._check_reachable()
 
     # ----------------------------------------------------------------- construction
@@ -195,11 +198,43 @@ class AgentStepGraph:
         except KeyError:
             raise WorkflowError(f"unknown agent {agent!r}; agents: {sorted(self._systems)}") from None
 
-    def tracker(self) -> "StepTracker":
-        """A fresh :class:`StepTracker` for one instance of this workflow."""
+    def tracker(self, branch_stats: "BranchStats | None" = None) -> "StepTracker":
+        """A fresh :class:`StepTracker` for one instance of this workflow. With ``branch_stats``
+        its ``steps()`` are the expected steps under the learned routing probabilities (read now:
+        one instance keeps the probabilities it started with); without, the static steps."""
         from .tracker import StepTracker
 
-        return StepTracker(self)
+        return StepTracker(self, branch_stats)
+
+    def routing_probabilities(self, branch_stats: "BranchStats") -> dict[str, dict[str, float]]:
+        """Router (START included) -> target (END included) -> learned probability."""
+        index = self.index
+        return {
+            index.name_of(u): branch_stats.probabilities(self.name, index.name_of(u), sorted(targets))
+            for u, targets in enumerate(index.goto_ok)
+            if targets
+        }
+
+    def expected_tables(self, branch_stats: "BranchStats") -> "ExpectedTables":
+        """The per-target tables of :mod:`kvflow_orch._expected` for the stats' current version
+        (cached per stats object and version)."""
+        key = (id(branch_stats), branch_stats.version)
+        cached = self._expected_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        index = self.index
+        probs = self.routing_probabilities(branch_stats)
+        size = index.triggers.size
+        always = []
+        routed = []
+        for u in range(size):
+            joins = (index.triggers.group_target[index.triggers.slot_group[s]] for s in index.triggers.member_slots[u])
+            always.append(tuple(dict.fromkeys((*index.plain[u], *joins))))
+            chosen = probs.get(index.name_of(u), {})
+            routed.append({index.index_of[t]: p for t, p in chosen.items() if t != END})
+        tables = build_tables(size, always, routed)
+        self._expected_cache = (key, tables)
+        return tables
 
     def to_networkx(self) -> "nx.DiGraph":
         """``nx.DiGraph`` with node attrs ``kind``/``agent`` and edge attrs ``kind``/``key``/``join``."""

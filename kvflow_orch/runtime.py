@@ -28,10 +28,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import inspect
+import os
 import time
 import uuid
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
+from .branch_stats import BranchStats
 from .clients import BackendError, LLMClient, open_client
 from .constants import END, START
 from .context import AgentContext
@@ -78,14 +80,16 @@ def _compile(workflow: Any) -> Any:
 class _Execution:
     """One workflow instance in flight."""
 
-    def __init__(self, asg: Any, client: LLMClient, workflow_id: str, namespace: str, max_steps: int, on_event) -> None:
+    def __init__(self, asg: Any, client: LLMClient, workflow_id: str, namespace: str, max_steps: int, on_event,
+                 branch_stats: BranchStats | None = None) -> None:
         self.asg = asg
+        self.branch_stats = branch_stats
         self.client = client
         self.workflow_id = workflow_id
         self.namespace = namespace
         self.max_steps = max_steps
         self.on_event = on_event
-        self.tracker = asg.tracker()
+        self.tracker = asg.tracker(branch_stats)
         self.hints = WorkflowHints(workflow_id, namespace)
         self.t0 = time.perf_counter()
         self.clock = 0
@@ -117,7 +121,10 @@ class _Execution:
             items = picked if isinstance(picked, (list, tuple)) else [picked]
             for item in items:
                 chosen.append(_target(node, branch, item))
-        return list(dict.fromkeys(chosen))
+        chosen = list(dict.fromkeys(chosen))
+        if self.branch_stats is not None:
+            self.branch_stats.observe(self.asg.name, node, chosen)
+        return chosen
 
     # --------------------------------------------------------------- nodes
     async def execute(self, name: str, state: dict[str, Any]) -> tuple[Any, AgentContext | None]:
@@ -246,8 +253,14 @@ async def arun(
     namespace: str | None = None,
     max_steps: int = 100,
     on_event: Callable[[NodeEvent], None] | None = None,
+    branch_stats: BranchStats | None = None,
 ) -> RunResult:
-    """Run one workflow instance; see the module docstring. ``workflow`` is a Workflow or its ASG."""
+    """Run one workflow instance; see the module docstring. ``workflow`` is a Workflow or its ASG.
+
+    ``branch_stats``: learn every routing decision into it and send expected steps (see
+    :mod:`kvflow_orch.branch_stats`); without it, ``KVFLOW_BRANCH_STATS=path`` loads the stats from
+    that file (fresh ones if it does not exist) and saves them back when the run ends; with
+    neither, steps are static."""
     asg = _compile(workflow)
     if not isinstance(max_steps, int) or max_steps <= 0:
         raise WorkflowError(f"max_steps must be a positive integer, got {max_steps!r}")
@@ -260,17 +273,38 @@ async def arun(
             check_name(value, what)
         except ValueError as exc:
             raise WorkflowError(str(exc)) from None
+    stats, save_to = _branch_stats(branch_stats)
     opened = open_client(backend)
-    run_ = _Execution(asg, opened.client, workflow_id, namespace, max_steps, on_event)
+    run_ = _Execution(asg, opened.client, workflow_id, namespace, max_steps, on_event, stats)
     try:
         state = await run_.drive(inputs or {})
     finally:
         run_.send_steps(done=True)
+        if save_to is not None:
+            stats.save(save_to)
         if opened.owned:
             await opened.client.aclose()
         else:
             await opened.client.flush()
     return RunResult(state, tuple(run_.trace), tuple(run_.calls), run_.workflow_id)
+
+
+BRANCH_STATS_ENV = "KVFLOW_BRANCH_STATS"
+
+
+def _branch_stats(given: BranchStats | None) -> tuple[BranchStats | None, str | None]:
+    """The stats a run uses and the file to save them to (``KVFLOW_BRANCH_STATS``, when not given)."""
+    if given is not None:
+        if not isinstance(given, BranchStats):
+            raise WorkflowError(f"branch_stats must be a BranchStats, got {type(given).__name__}")
+        return given, None
+    path = os.environ.get(BRANCH_STATS_ENV)
+    if not path:
+        return None, None
+    try:
+        return (BranchStats.load(path) if os.path.exists(path) else BranchStats()), path
+    except (OSError, ValueError) as exc:
+        raise WorkflowError(f"{BRANCH_STATS_ENV}={path}: {exc}") from None
 
 
 def _no_running_loop(name: str) -> None:
@@ -290,11 +324,12 @@ def run(
     namespace: str | None = None,
     max_steps: int = 100,
     on_event: Callable[[NodeEvent], None] | None = None,
+    branch_stats: BranchStats | None = None,
 ) -> RunResult:
     """Blocking :func:`arun` (starts its own event loop; call :func:`arun` inside async code)."""
     _no_running_loop("run")
     return asyncio.run(arun(workflow, inputs, backend=backend, workflow_id=workflow_id, namespace=namespace,
-                            max_steps=max_steps, on_event=on_event))
+                            max_steps=max_steps, on_event=on_event, branch_stats=branch_stats))
 
 
 async def arun_many(
@@ -305,17 +340,21 @@ async def arun_many(
     namespace: str | None = None,
     max_steps: int = 100,
     on_event: Callable[[NodeEvent], None] | None = None,
+    branch_stats: BranchStats | None = None,
 ) -> list[RunResult]:
     """Run one instance per input concurrently over one shared backend; results in input order.
 
-    If one instance fails, the others are cancelled and the first error is raised.
+    If one instance fails, the others are cancelled and the first error is raised. The instances
+    share ``branch_stats`` (or the ``KVFLOW_BRANCH_STATS`` file's, saved once at the end).
     """
     asg = _compile(workflow)
+    stats, save_to = _branch_stats(branch_stats)
     opened = open_client(backend)
     try:
         tasks = [
             asyncio.ensure_future(
-                arun(asg, inp, backend=opened.client, namespace=namespace, max_steps=max_steps, on_event=on_event)
+                arun(asg, inp, backend=opened.client, namespace=namespace, max_steps=max_steps, on_event=on_event,
+                     branch_stats=stats)
             )
             for inp in inputs
         ]
@@ -324,6 +363,8 @@ async def arun_many(
         finally:
             await _cancel_all(tasks)
     finally:
+        if save_to is not None:
+            stats.save(save_to)
         if opened.owned:
             await opened.client.aclose()
 

@@ -6,11 +6,13 @@ import math
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Iterable, Mapping
 
+from ._expected import expected_steps
 from .constants import END
 from .errors import WorkflowError
 
 if TYPE_CHECKING:
     from .asg import AgentStepGraph
+    from .branch_stats import BranchStats
 
 __all__ = ["StepTracker"]
 
@@ -38,15 +40,17 @@ class StepTracker:
       target and resets its flags.
 
     Reading: ``steps()`` is the least fixed point of the equations in :mod:`kvflow_orch._steps` (``math.inf`` for nodes that
-    cannot run again), ``agent_steps()`` the min over each agent identity's nodes, ``done`` is true
+    cannot run again); with ``branch_stats`` it is the expected steps of :mod:`kvflow_orch._expected`
+    under the routing probabilities learned when the tracker was created, ``agent_steps()`` the min over each agent identity's nodes, ``done`` is true
     when nothing is running or triggered. Updates cost O(out-degree); ``steps()`` is O(V + E) and
     cached until the next transition.
     """
 
-    __slots__ = ("_asg", "_graph", "_running", "_triggered", "_arrived", "_pending", "_cache")
+    __slots__ = ("_asg", "_graph", "_running", "_triggered", "_arrived", "_pending", "_cache", "_tables")
 
-    def __init__(self, asg: "AgentStepGraph") -> None:
+    def __init__(self, asg: "AgentStepGraph", branch_stats: "BranchStats | None" = None) -> None:
         self._asg = asg
+        self._tables = asg.expected_tables(branch_stats) if branch_stats is not None else None
         self._graph = graph = asg.index
         index = graph.triggers
         self._running: dict[int, int] = {}
@@ -134,7 +138,8 @@ class StepTracker:
     def _values(self) -> list[float]:
         if self._cache is None:
             active = [*self._running, *self._triggered]
-            self._cache = self._graph.solve(active, self._arrived, self._pending)
+            static = self._graph.solve(active, self._arrived, self._pending)
+            self._cache = static if self._tables is None else expected_steps(self._tables, active, static)
         return self._cache
 
     @property

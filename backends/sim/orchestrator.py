@@ -3,8 +3,9 @@
 For every node the tracker triggers, an LLM node becomes one :class:`~.engine.SimRequest` carrying
 a :class:`KVFlowHint` with the steps of every agent *at call time* (the same call the runtime
 makes); a plain function node finishes at once. Routing at conditional edges follows
-:class:`~.workloads.WorkflowSpec`'s ``loop_limit`` rule with the instance's own seeded random
-stream, so an instance takes the same path in every simulated system.
+:class:`~.workloads.WorkflowSpec`'s ``loop_limit`` and ``routing`` rules with the instance's own
+seeded random stream, so an instance takes the same path in every simulated system. With routing
+statistics (``kvflow-learned``) every decision is observed and the tracker answers expected steps.
 """
 
 from __future__ import annotations
@@ -18,7 +19,57 @@ from kvflow_orch.hinting import WorkflowHints
 from .serving import ServingSim, SimRequest
 from .workloads import Instance, random_tokens
 
-__all__ = ["WarmingClient", "GraphClient"]
+__all__ = ["WarmingClient", "GraphClient", "Router", "train"]
+
+
+class Router:
+    """The routing rule of :class:`~.workloads.WorkflowSpec` over one random stream."""
+
+    def __init__(self, spec, rng: random.Random) -> None:
+        self.spec = spec
+        self.rng = rng
+        self.end_passes = 0
+
+    def choose(self, node: str) -> list[str] | None:
+        branches = self.spec.asg.branches_of(node)
+        if not branches:
+            return None
+        goto: list[str] = []
+        for branch in branches:
+            targets = list(branch.targets)
+            if END in targets:
+                self.end_passes += 1
+                if self.end_passes >= self.spec.loop_limit:
+                    goto.append(END)
+                    continue
+                targets.remove(END)
+            weights = self.spec.routing.get(node)
+            if weights:
+                goto.append(self.rng.choices(targets, [weights.get(t, 0.0) for t in targets])[0])
+            else:
+                goto.append(self.rng.choice(targets))
+        return goto
+
+
+def train(spec, stats, seed: int, runs: int) -> None:
+    """Walk ``runs`` instances of ``spec``'s graph (routing only, no requests) and observe every
+    decision into ``stats``."""
+    rng = random.Random(seed)
+    for _ in range(runs):
+        router, tracker = Router(spec, rng), spec.asg.tracker()
+        if tracker.running.get(START):
+            goto = router.choose(START)
+            stats.observe(spec.asg.name, START, goto)
+            tracker.finish(START, goto=goto)
+        steps = 0
+        while not tracker.done and steps < 10_000:
+            node = min(tracker.triggered)
+            tracker.start(node)
+            goto = router.choose(node)
+            if goto is not None:
+                stats.observe(spec.asg.name, node, goto)
+            tracker.finish(node, goto=goto)
+            steps += 1
 
 
 class WarmingClient:
@@ -50,15 +101,17 @@ class GraphClient(WarmingClient):
     part, one output token) in sequence; ``start()`` runs the workflow; ``on_end(client)`` fires
     when either phase completes."""
 
-    def __init__(self, instance: Instance, sim: ServingSim, on_end: Callable[["GraphClient"], None]) -> None:
+    def __init__(self, instance: Instance, sim: ServingSim, on_end: Callable[["GraphClient"], None],
+                 branch_stats: object = None) -> None:
         self.inst = instance
         self.spec = instance.spec
         self.sim = sim
         self.on_end = on_end
         self.rng = random.Random(instance.seed)
+        self.router = Router(self.spec, self.rng)
+        self.branch_stats = branch_stats
         self.hints = WorkflowHints(instance.workflow_id, instance.namespace)
-        self.tracker = self.spec.asg.tracker()
-        self.end_passes = 0
+        self.tracker = self.spec.asg.tracker(branch_stats)
         self.calls = 0
         self.start_s = 0.0
         self.end_s = 0.0
@@ -72,6 +125,8 @@ class GraphClient(WarmingClient):
     # ---- the workflow ----------------------------------------------------------------------
     def start(self) -> None:
         self.start_s = self.sim.events.now
+        if self.branch_stats is not None:  # the probabilities learned until now
+            self.tracker = self.spec.asg.tracker(self.branch_stats)
         if self.tracker.running.get(START):
             self.tracker.finish(START, goto=self._choose(START))
         self._launch()
@@ -95,19 +150,9 @@ class GraphClient(WarmingClient):
         self._launch()
 
     def _choose(self, node: str) -> list[str] | None:
-        branches = self.spec.asg.branches_of(node)
-        if not branches:
-            return None
-        goto: list[str] = []
-        for branch in branches:
-            targets = list(branch.targets)
-            if END in targets:
-                self.end_passes += 1
-                if self.end_passes >= self.spec.loop_limit:
-                    goto.append(END)
-                    continue
-                targets.remove(END)
-            goto.append(self.rng.choice(targets))
+        goto = self.router.choose(node)
+        if goto is not None and self.branch_stats is not None:
+            self.branch_stats.observe(self.spec.asg.name, node, goto)
         return goto
 
     def _request(self, agent: str, output: int, on_done: Callable[[SimRequest], None]) -> SimRequest:

@@ -15,7 +15,7 @@ from backends.kvcache.policy import BeladyPolicy
 
 from .cost import CostModel
 from .serving import EngineLimits, ServingSim, SimRequest
-from .orchestrator import GraphClient
+from .orchestrator import GraphClient, train
 from .profiles import HardwareProfile, ModelProfile, device_kv_tokens
 from .replay import TraceClient, TraceInstance
 from .systems import System
@@ -105,6 +105,7 @@ def simulate(
         # one trusted client per namespace in these benchmarks: no cap below the whole pool
         namespace_cap_tokens=cap.device_tokens,
         prefetch=system.prefetch,
+        prefetch_lookahead=system.prefetch_lookahead,
     )
     policy = None
     if system.policy == "belady":
@@ -112,7 +113,8 @@ def simulate(
             raise ValueError("the belady system needs the future admission order (future=...)")
         policy = BeladyPolicy(future)
     sim = ServingSim(system, CostModel(hardware, model), config, limits=limits, policy=policy, on_submit=on_submit)
-    clients = [_client(inst, sim) for inst in workload.instances]
+    stats = _learned_stats(system, workload)
+    clients = [_client(inst, sim, stats) for inst in workload.instances]
     phase = _Phase(sim, clients, warmup=workload.warmup)
     phase.begin()
     sim.events.run()
@@ -136,9 +138,23 @@ def simulate(
     )
 
 
-def _client(inst: Any, sim: ServingSim) -> Any:
+def _learned_stats(system: System, workload: Workload) -> Any:
+    """A copy of the workload's routing statistics, trained on its routing-only walks."""
+    if not system.learned:
+        return None
+    if workload.branch_stats is None:
+        raise ValueError(f"system {system.name} needs routing statistics: workload {workload.name!r} "
+                         f"carries no branch_stats")
+    stats = workload.branch_stats.copy()
+    for inst in workload.instances:
+        if isinstance(inst, Instance) and workload.train_runs:
+            train(inst.spec, stats, seed=inst.seed + 1, runs=workload.train_runs)
+    return stats
+
+
+def _client(inst: Any, sim: ServingSim, stats: Any = None) -> Any:
     if isinstance(inst, Instance):
-        return GraphClient(inst, sim, lambda c: None)
+        return GraphClient(inst, sim, lambda c: None, stats)
     if isinstance(inst, TraceInstance):
         return TraceClient(inst, sim, lambda c: None)
     raise TypeError(f"cannot simulate a workload instance of type {type(inst).__name__}")

@@ -7,6 +7,7 @@ gpu-only   lru      no        no       no           SGLang radix cache: evicted 
 hicache    lru      yes       no       no           SGLang + HiCache: host hits loaded at admission
 kvflow-evict kvflow yes       no       no           workflow-aware eviction alone (paper ablation)
 kvflow     kvflow   yes       yes      yes          eviction + overlapped prefetch + status-aware
+kvflow-learned kvflow yes     yes      yes          kvflow with expected steps from learned routing
 belady     belady   yes       yes      yes          offline-optimal eviction, same prefetch
 infinite   kvflow   (none)    no       no           device pool holding everything: lower bound
 ========== ======== ========= ======== ============ ============================================
@@ -15,13 +16,21 @@ Hints are sent to the brain by every system (as a kvflow client always does): sy
 policy ignores them behave as their baseline, and the prefetch planner needs them. ``infinite``
 runs the kvflow policy because its extra room holds exactly the fixed prefixes: that policy sheds
 the never-reused dynamic suffixes first, so no prefix is ever recomputed or loaded.
+``kvflow-learned`` drives each tracker with the workload's routing statistics (learned online,
+from the workload's prior): its hints carry expected steps instead of the static ones.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["System", "SYSTEMS", "SYSTEM_NAMES", "get_system"]
+__all__ = ["System", "SYSTEMS", "SYSTEM_NAMES", "get_system", "LEARNED_LOOKAHEAD"]
+
+LEARNED_LOOKAHEAD = 16
+"""Prefetch lookahead of ``kvflow-learned``: expected steps of branch candidates are fractional and
+above 1 (the next worker of a supervisor is expected at ``E[T | runs] / P(runs)``), so the static
+lookahead of 1 would prefetch nothing; the brain loads candidates most likely first and only into
+room held by less likely ones, so a wider lookahead fills the device pool by likelihood."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,8 @@ class System:
     prefetch: bool
     status_aware: bool
     infinite: bool = False
+    learned: bool = False
+    prefetch_lookahead: int = 1
 
 
 SYSTEMS: dict[str, System] = {
@@ -44,6 +55,8 @@ SYSTEMS: dict[str, System] = {
         System("hicache", "lru", host_tier=True, prefetch=False, status_aware=False),
         System("kvflow-evict", "kvflow", host_tier=True, prefetch=False, status_aware=False),
         System("kvflow", "kvflow", host_tier=True, prefetch=True, status_aware=True),
+        System("kvflow-learned", "kvflow", host_tier=True, prefetch=True, status_aware=True, learned=True,
+               prefetch_lookahead=LEARNED_LOOKAHEAD),
         System("belady", "belady", host_tier=True, prefetch=True, status_aware=True),
         System("infinite", "kvflow", host_tier=False, prefetch=False, status_aware=False, infinite=True),
     )

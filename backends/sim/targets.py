@@ -1,6 +1,8 @@
 """The simulator's targets, checked on sweep results and printed with the figures behind them: the
 paper's system ordering and shrinking gain with output length, kvflow near infinite where prefetch
-fits, the Belady gap, and the standard sweep's wall time."""
+fits, the Belady gap, the standard sweep's wall time, and for ``kvflow-learned``: its device-hit
+ratio near Belady's and its gain over static ``kvflow`` on skewed-routing workloads, and no change
+on static ones."""
 
 from __future__ import annotations
 
@@ -83,6 +85,45 @@ def check_targets(results: Sequence[ScenarioResult], wall_s: float | None = None
                                f"{len(gaps)} scenarios, range {min(g for g, _ in gaps):+.2%} .. "
                                f"{max(g for g, _ in gaps):+.2%}; largest |gap| at {worst[1].scenario.group} "
                                f"{config_label(worst[1])}"))
+    out += _learned_targets(results)
     if wall_s is not None:
         out.append(TargetCheck("standard sweep under 5 minutes", wall_s < 300, f"{wall_s:.1f}s wall"))
+    return out
+
+
+LEARNED_HIT_POINTS = 0.05
+LEARNED_SPEEDUP = 1.15
+STATIC_TOLERANCE = 0.01
+
+
+def _learned_targets(results: Sequence[ScenarioResult]) -> list[TargetCheck]:
+    out: list[TargetCheck] = []
+    static: list[tuple[float, ScenarioResult]] = []
+    for sr in results:
+        r = sr.results
+        if not {"kvflow", "kvflow-learned"} <= set(r):
+            continue
+        name = f"{sr.scenario.group} {config_label(sr)} {sr.scenario.model.name}"
+        if "zipf_s" not in sr.scenario.workload.labels:
+            static.append((_lat(sr, "kvflow-learned") / _lat(sr, "kvflow") - 1, sr))
+            continue
+        hits = {k: v.device_hit_ratio for k, v in r.items()}
+        if "belady" in r:
+            out.append(TargetCheck(
+                f"kvflow-learned device hits within {LEARNED_HIT_POINTS:.0%} points of belady: {name}",
+                hits["kvflow-learned"] >= hits["belady"] - LEARNED_HIT_POINTS,
+                f"learned {hits['kvflow-learned']:.1%}, belady {hits['belady']:.1%}, kvflow {hits['kvflow']:.1%}"))
+        expensive = sr.results["kvflow"].host_tokens == 0 or "GB/s" in sr.scenario.hardware.name
+        if expensive:
+            gain = _lat(sr, "kvflow") / _lat(sr, "kvflow-learned")
+            bound = f", belady {_lat(sr, 'kvflow') / _lat(sr, 'belady'):.3f}x" if "belady" in r else ""
+            out.append(TargetCheck(f"kvflow-learned >= {LEARNED_SPEEDUP}x over kvflow (misses expensive): {name}",
+                                   gain >= LEARNED_SPEEDUP, f"{gain:.3f}x{bound}"))
+    if static:
+        worst = max(static, key=lambda g: abs(g[0]))
+        out.append(TargetCheck(
+            f"kvflow-learned equals kvflow on static workloads (within {STATIC_TOLERANCE:.0%})",
+            abs(worst[0]) <= STATIC_TOLERANCE,
+            f"{len(static)} scenarios, latency range {min(g for g, _ in static):+.2%} .. "
+            f"{max(g for g, _ in static):+.2%}; largest at {worst[1].scenario.group} {config_label(worst[1])}"))
     return out

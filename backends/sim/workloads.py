@@ -44,7 +44,8 @@ class WorkflowSpec:
 
     ``fixed`` maps every agent identity to its fixed-prefix token ids. ``loop_limit`` bounds loops:
     each time a node finishes whose conditional edges offer END, the orchestrator counts one pass;
-    it takes END on pass ``loop_limit`` and otherwise picks uniformly among the other targets
+    it takes END on pass ``loop_limit`` and otherwise picks among the other targets, uniformly or by
+    ``routing[node]`` (target -> weight; the skewed routers of the supervisor and swarm workloads)
     (so the synthetic workflow's loop back to its first stage runs ``rounds`` times).
     """
 
@@ -53,6 +54,7 @@ class WorkflowSpec:
     dynamic_tokens: int
     output_tokens: int
     loop_limit: int = 1
+    routing: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         missing = set(self.asg.agents) - set(self.fixed)
@@ -87,6 +89,12 @@ class Workload:
     instances: tuple[Any, ...]
     labels: Mapping[str, Any] = field(default_factory=dict)
     warmup: bool = True
+    branch_stats: Any = None
+    """The routing statistics the ``kvflow-learned`` system starts from (a ``BranchStats``-like
+    object with ``copy()`` and ``observe()``, made by the caller); each run works on a copy."""
+    train_runs: int = 0
+    """Routing-only walks per graph instance observed into that copy before the measured phase
+    (the traffic a deployed app has already seen); they use their own random stream."""
 
     def __post_init__(self) -> None:
         if not self.instances:
@@ -165,12 +173,14 @@ def from_graph(
     instances: int = 1,
     tenant_header: int = 0,
     seed: int = 0,
+    routing: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Workload:
     """Any compiled workflow: fixed prefixes come from the agents' real system prompts (:func:`text_tokens`),
     so agents whose role texts share a preamble share a cached prefix, as they would on a server.
     ``tenant_header > 0`` gives each instance its own random header of that many tokens in front of
     every agent's prompt (per-tenant customised roles): the agents of one instance then share that
-    partial prefix, and instances share nothing."""
+    partial prefix, and instances share nothing. ``routing``: skewed router weights (see
+    :class:`WorkflowSpec`)."""
     if tenant_header < 0:
         raise ValueError(f"{name}: tenant_header must be >= 0, got {tenant_header}")
     roles = {agent: text_tokens(asg.system_prompt(agent)) or (0,) for agent in asg.agents}
@@ -178,7 +188,8 @@ def from_graph(
     insts = []
     for k in range(instances):
         header = random_tokens(rng, tenant_header)
-        spec = WorkflowSpec(asg, {a: header + t for a, t in roles.items()}, dynamic, output, loop_limit)
+        spec = WorkflowSpec(asg, {a: header + t for a, t in roles.items()}, dynamic, output, loop_limit,
+                            dict(routing or {}))
         insts.append(Instance(spec, f"{name}-{k}", f"client-{k}", seed=rng.randrange(2**31)))
     labels = {"fixed": tenant_header + max(len(t) for t in roles.values()), "dynamic": dynamic,
               "output": output, "loops": loop_limit, "instances": instances, "agents": len(roles)}

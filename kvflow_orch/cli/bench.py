@@ -48,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _common(sim, bundled)
     sim.add_argument("--standard", action="store_true",
                      help="run the standard sweep (the committed benchmarks/results); other workload flags are ignored")
-    sim.add_argument("--workload", default="synthetic", choices=("synthetic", "concurrent", "metagpt", "peer"))
+    sim.add_argument("--workload", default="synthetic",
+                     choices=("synthetic", "concurrent", "metagpt", "peer", "supervisor", "swarm"))
+    sim.add_argument("--zipf", type=float, default=1.2, help="routing skew of supervisor and swarm (default 1.2)")
+    sim.add_argument("--routed-table", action="store_true",
+                     help="supervisor/swarm: run the learned-routing table (2 models x H100, A10G@2GB/s x "
+                          "1, 16 instances x host tier on/off); other workload flags are ignored")
     sim.add_argument("--fixed", type=int, nargs="+", default=None,
                      help="fixed-prefix tokens (default 4096; synthetic and concurrent only)")
     sim.add_argument("--dynamic", type=int, default=None, help="dynamic tokens (default 32; 256 concurrent/graphs)")
@@ -56,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--branches", type=int, nargs="+", default=None,
                      help="candidates per stage (default 1; synthetic and concurrent only)")
     sim.add_argument("--instances", type=int, nargs="+", default=[1])
-    sim.add_argument("--agents", type=int, default=10)
+    sim.add_argument("--agents", type=int, default=None,
+                     help="agents (default 10; supervisor: workers, default 8; swarm: default 6)")
     sim.add_argument("--rounds", type=int, default=None, help="rounds (default 10; 2 for concurrent)")
     rep = sub.add_parser("replay", help="replay a `kvflow run --record` trace")
     rep.add_argument("trace", type=Path)
@@ -90,16 +96,29 @@ def main(args: argparse.Namespace) -> int:
 def _scenarios(args: argparse.Namespace):
     from backends.sim.sweep import Scenario
 
-    from .scenarios import graph_workload, standard_scenarios, synthetic
+    from .scenarios import (ROUTED_WORKLOADS, graph_workload, routed_device_tokens, routed_scenarios,
+                            routed_workload, standard_scenarios, synthetic, with_stats)
 
     if args.bench_command == "replay":
         from backends.sim.replay import load_trace
 
-        w = load_trace(args.trace, seed=args.seed)
+        w = with_stats(load_trace(args.trace, seed=args.seed))
         hw, model = load_hardware(args.hardware), load_model(args.model)
         return "replay", [Scenario("replay", hw, model, w, args.device_tokens, args.host_tokens)]
     if args.standard:
         return "standard", standard_scenarios(args.seed)
+    if args.workload in ROUTED_WORKLOADS:
+        if args.routed_table:
+            return f"{args.workload}-table", routed_scenarios(args.workload, args.seed)
+        hw, model = load_hardware(args.hardware), load_model(args.model)
+        out = []
+        for n in args.instances:
+            w = routed_workload(args.workload, agents=args.agents, zipf_s=args.zipf, rounds=args.rounds,
+                                output=args.output[0], instances=n, seed=args.seed,
+                                **({"dynamic": args.dynamic} if args.dynamic is not None else {}))
+            device = args.device_tokens if args.device_tokens is not None else routed_device_tokens(w)
+            out.append(Scenario(args.workload, hw, model, w, device, args.host_tokens))
+        return args.workload, out
     hw, model = load_hardware(args.hardware), load_model(args.model)
     out = []
     concurrent = args.workload == "concurrent"
@@ -117,7 +136,7 @@ def _scenarios(args: argparse.Namespace):
         for branches in args.branches or [1]:
             for output in args.output:
                 for fixed in args.fixed or [4096]:
-                    w = synthetic(fixed=fixed, dynamic=dynamic, output=output, branches=branches, n_agents=args.agents,
+                    w = synthetic(fixed=fixed, dynamic=dynamic, output=output, branches=branches, n_agents=args.agents or 10,
                                   rounds=args.rounds or (2 if concurrent else 10), instances=n, seed=args.seed)
                     out.append(Scenario(args.workload, hw, model, w, args.device_tokens, args.host_tokens))
     return args.workload, out

@@ -1,4 +1,8 @@
-"""``kvflow graph MODULE:ATTR [--mermaid]``: print a workflow's Agent Step Graph.
+"""``kvflow graph MODULE:ATTR [--mermaid] [--stats FILE]``: print a workflow's Agent Step Graph.
+
+With ``--stats`` (a :class:`~kvflow_orch.BranchStats` file, as ``KVFLOW_BRANCH_STATS`` writes) the
+listing adds each router's learned probabilities and the expected steps-to-execution of the initial
+state next to the static ones.
 
 ``ATTR`` (dotted paths allowed) may be a :class:`Workflow`, an :class:`AgentStepGraph`, a LangGraph
 ``StateGraph`` or compiled graph, or a zero-argument callable returning one of those. The current
@@ -28,6 +32,8 @@ class GraphSpecError(ValueError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", metavar="MODULE:ATTR", help="e.g. workflows.metagpt:workflow")
     parser.add_argument("--mermaid", action="store_true", help="print Mermaid flowchart text instead")
+    parser.add_argument("--stats", metavar="FILE", default=None,
+                        help="branch statistics file: also print learned probabilities and expected steps")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -39,8 +45,41 @@ def main(args: argparse.Namespace) -> int:
     except WorkflowError as exc:
         print(f"kvflow graph: invalid workflow {args.target}: {exc}", file=sys.stderr)
         return 1
+    if args.stats and args.mermaid:
+        print("kvflow graph: --stats applies to the text listing, not to --mermaid", file=sys.stderr)
+        return 2
+    stats = None
+    if args.stats:
+        from ..branch_stats import BranchStats
+
+        try:
+            stats = BranchStats.load(args.stats)
+        except (OSError, ValueError) as exc:
+            print(f"kvflow graph: cannot read --stats {args.stats}: {exc}", file=sys.stderr)
+            return 2
     sys.stdout.write(asg.to_mermaid() if args.mermaid else asg.describe())
+    if stats is not None:
+        sys.stdout.write(describe_learned(asg, stats))
     return 0
+
+
+def describe_learned(asg: AgentStepGraph, stats: Any) -> str:
+    """Learned probabilities per router and initial expected vs static steps."""
+    import math
+
+    def fmt(v: float) -> str:
+        return "inf" if v == math.inf else f"{v:.2f}".rstrip("0").rstrip(".")
+
+    out = ["", f"learned routing (from {len(stats.routers(asg.name))} observed routers):"]
+    for router, probs in asg.routing_probabilities(stats).items():
+        seen = stats.decisions(asg.name, router)
+        ranked = sorted(probs.items(), key=lambda kv: -kv[1])
+        out.append(f"  {router} ({seen:g} decisions): " + ", ".join(f"{t}={p:.3f}" for t, p in ranked))
+    static, expected = asg.tracker().steps(), asg.tracker(stats).steps()
+    width = max((len(n) for n in static), default=8)
+    out += ["", "initial steps-to-execution: static -> expected"]
+    out += [f"  {name:<{width}}  {fmt(static[name])} -> {fmt(expected[name])}" for name in static]
+    return "\n".join(out) + "\n"
 
 
 def load_graph(spec: str) -> AgentStepGraph:

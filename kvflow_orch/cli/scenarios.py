@@ -21,9 +21,79 @@ from kvflow_orch.asg import AgentStepGraph
 from workflows.synthetic import stage_agents
 from workflows.synthetic import synthetic as synthetic_workflow
 
-__all__ = ["synthetic_graph", "synthetic", "concurrent", "graph_workload", "standard_scenarios"]
+__all__ = ["synthetic_graph", "synthetic", "concurrent", "graph_workload", "standard_scenarios",
+           "routed_workload", "routed_scenarios", "with_stats", "ROUTED_WORKLOADS"]
 
 GRAPH_WORKLOADS = ("metagpt", "peer")
+ROUTED_WORKLOADS = ("supervisor", "swarm")
+TRAIN_RUNS = 20  # routing-only walks per instance the learned system has seen before measuring
+
+
+def with_stats(workload: Workload, train_runs: int = 0) -> Workload:
+    """``workload`` with fresh routing statistics for ``kvflow-learned`` (trained on ``train_runs``
+    routing-only walks per instance when the simulation starts)."""
+    from dataclasses import replace
+
+    from kvflow_orch.branch_stats import BranchStats
+
+    return replace(workload, branch_stats=BranchStats(), train_runs=train_runs)
+
+
+def routed_workload(name: str, *, agents: int | None = None, zipf_s: float = 1.2, rounds: int | None = None,
+                    fixed: int = 4096, dynamic: int = 32, output: int = 32, instances: int = 1,
+                    seed: int = 0) -> Workload:
+    """``workflows.supervisor`` (``agents`` workers, default 8, ``rounds`` worker turns, default 40)
+    or ``workflows.swarm`` (``agents`` agents, default 6, ``rounds`` hand-offs, default 40) with
+    role prompts of about ``fixed`` tokens each, routed by their seeded Zipf(``zipf_s``) weights."""
+    rounds = rounds or 40
+    # role prompts are filler words; text_tokens gives about 1.5 tokens per word
+    words = max(1, int(fixed / 1.5))
+    if name == "supervisor":
+        from workflows.supervisor import routing, supervisor
+
+        agents = agents or 8
+        graph = supervisor(workers=agents, zipf_s=zipf_s, rounds=rounds, fixed=words, seed=seed).compile()
+        weights, loop_limit = routing(agents, zipf_s), rounds + 1
+    elif name == "swarm":
+        from workflows.swarm import routing, swarm
+
+        agents = agents or 6
+        graph = swarm(agents=agents, zipf_s=zipf_s, hops=rounds, fixed=words, seed=seed).compile()
+        weights, loop_limit = routing(agents, zipf_s, seed), rounds
+    else:
+        raise ValueError(f"unknown routed workload {name!r}; choose from {', '.join(ROUTED_WORKLOADS)}")
+    w = from_graph(graph, name=name, dynamic=dynamic, output=output, loop_limit=loop_limit,
+                   instances=instances, seed=seed, routing=weights)
+    from dataclasses import replace
+
+    return with_stats(replace(w, labels={**w.labels, "zipf_s": zipf_s, "rounds": rounds}), TRAIN_RUNS)
+
+
+def routed_device_tokens(workload: Workload, share: float = 1 / 3) -> int:
+    """A device pool holding ``share`` of the routed agents' fixed prefixes, plus the always-hot
+    supervisor's prefix and room for every instance's running request."""
+    spec = workload.instances[0].spec
+    sizes = {a: len(t) for a, t in spec.fixed.items()}
+    hot = sizes.pop("supervisor", 0)
+    room = len(workload.instances) * (spec.dynamic_tokens + spec.output_tokens + 64)
+    return int(hot + share * sum(sizes.values()) + room)
+
+
+def routed_scenarios(name: str, seed: int = 0, instances: tuple[int, ...] = (1, 16)) -> list[Scenario]:
+    """The learned-routing table: Llama-3.1-8B and Qwen2.5-32B on H100 and on A10G at a 2 GB/s link,
+    ``instances`` concurrent workflows, host tier on and off, device pool per
+    :func:`routed_device_tokens`."""
+    h100, a10g = load_hardware("h100-sxm"), with_link(load_hardware("a10g"), 2)
+    out = []
+    for model in (load_model("llama-3.1-8b"), load_model("qwen2.5-32b")):
+        for hw in (h100, a10g):
+            for n in instances:
+                w = routed_workload(name, instances=n, seed=seed)
+                device = routed_device_tokens(w)
+                for host in (None, 0):
+                    group = f"{name}-{'host' if host is None else 'nohost'}"
+                    out.append(Scenario(group, hw, model, w, device, host))
+    return out
 
 
 def synthetic_graph(n_agents: int = 10, branches: int = 1) -> AgentStepGraph:
@@ -37,7 +107,7 @@ def synthetic(*, n_agents: int = 10, branches: int = 1, **options: Any) -> Workl
     """The paper's single-workflow benchmark (``instances=1``) or its concurrent variant on
     :func:`synthetic_graph`; ``options`` (``fixed``, ``dynamic``, ``output``, ``rounds``,
     ``instances``, ``seed``) go to :func:`backends.sim.workloads.synthetic`."""
-    return synthetic_workload(synthetic_graph(n_agents, branches), stage_agents(n_agents, branches), **options)
+    return with_stats(synthetic_workload(synthetic_graph(n_agents, branches), stage_agents(n_agents, branches), **options))
 
 
 def concurrent(*, instances: int, fixed: int = 1024, dynamic: int = 256, output: int = 256,
@@ -56,7 +126,7 @@ def graph_workload(name: str, graph: AgentStepGraph | None = None, **options: An
         import importlib
 
         graph = getattr(importlib.import_module(f"workflows.{name}"), name)().compile()
-    return from_graph(graph, name=name, **options)
+    return with_stats(from_graph(graph, name=name, **options))
 
 
 def standard_scenarios(seed: int = 0) -> list[Scenario]:

@@ -78,8 +78,10 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
         graph_name: str,
         namespace: str | None,
         backend: Backend,
+        branch_stats: Any = None,
     ) -> None:
         self.asg = asg
+        self.branch_stats = branch_stats  # learns every routing decision when given
         self.routes = dict(routes)
         self.graph_name = graph_name
         self.namespace = namespace or DEFAULT_NAMESPACE
@@ -156,7 +158,7 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
             wid = str(run_id)
         live, count = self._workflows.get(wid, (None, 0))
         if live is None:
-            live = self._paused.pop(wid, None) or LiveWorkflow(self.asg, wid, self.namespace)
+            live = self._paused.pop(wid, None) or LiveWorkflow(self.asg, wid, self.namespace, self.branch_stats)
         self._workflows[wid] = (live, count + 1)
         self._runs[run_id] = _Run(run_id, None)
         self._roots[run_id] = _Root(live)
@@ -197,6 +199,8 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
                 self._roots[root].interrupted = True
             return  # still running for the tracker: a retry or a resume re-runs this task
         goto, sends = _decisions(self.routes.get(task.node), task.branch_outputs, outputs)
+        if self.branch_stats is not None and task.node in self.routes:  # conditional edges, Command, Send
+            self.branch_stats.observe(self.asg.name, task.node, list(dict.fromkeys(goto)))
         if task.recovers:
             live.recover(task.node, goto, sends)
             self._post(live)

@@ -19,6 +19,7 @@ def instrument(
     namespace: str | None = None,
     agents: Mapping[str, str | None] | None = None,
     backend_url: str | None = None,
+    branch_stats: Any = None,
 ) -> Any:
     """Return ``compiled_graph`` with a :class:`KVFlowCallbackHandler` attached.
 
@@ -27,6 +28,8 @@ def instrument(
     through :func:`http_client` / :func:`async_http_client`. ``backend_url`` is the kvflow server
     that receives out-of-band steps updates (default: the first kvflow server an LLM request
     reaches); ``agents`` maps node -> agent identity (``None``: the node calls no LLM).
+    ``branch_stats`` (a :class:`~kvflow_orch.BranchStats`): every routing decision (conditional
+    edges, ``Command(goto=...)``, ``Send``) is learned into it and hints carry expected steps.
     """
     if not hasattr(compiled_graph, "with_config"):
         raise WorkflowError(
@@ -43,6 +46,7 @@ def instrument(
         graph_name=config.get("run_name") or getattr(compiled_graph, "name", None) or "LangGraph",
         namespace=namespace,
         backend=Backend(backend_url),
+        branch_stats=branch_stats,
     )
     return compiled_graph.with_config(callbacks=[handler])
 

@@ -35,10 +35,10 @@ class TrackingWarning(RuntimeWarning):
 
 
 class LiveWorkflow:
-    def __init__(self, asg, workflow_id: str, namespace: str = DEFAULT_NAMESPACE) -> None:
+    def __init__(self, asg, workflow_id: str, namespace: str = DEFAULT_NAMESPACE, branch_stats=None) -> None:
         self.asg = asg
         self.workflow_id = workflow_id
-        self.tracker = asg.tracker()
+        self.tracker = asg.tracker(branch_stats)
         self.hints = WorkflowHints(workflow_id, namespace)
         self._live: dict[str, str] = {}  # task key -> node
         self._reserved: Counter[str] = Counter()

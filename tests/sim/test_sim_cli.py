@@ -25,7 +25,7 @@ def test_sim_prints_the_table_and_writes_json_and_plots(tmp_path):
         assert column in header
     data = json.loads((tmp_path / "results.json").read_text())
     systems = {row["system"] for row in data["rows"]}
-    assert systems == {"gpu-only", "hicache", "kvflow-evict", "kvflow", "belady", "infinite"}
+    assert systems == {"gpu-only", "hicache", "kvflow-evict", "kvflow", "kvflow-learned", "belady", "infinite"}
     by = {row["system"]: row for row in data["rows"]}
     assert by["hicache"]["speedup_vs_hicache"] == 1.0
     assert by["kvflow"]["latency_s"] < by["gpu-only"]["latency_s"]

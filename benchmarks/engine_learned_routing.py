@@ -1,0 +1,105 @@
+"""Learned routing on the real embedded engine: prompt tokens recomputed, static vs learned steps.
+
+The supervisor workflow (``workflows.supervisor``: 8 workers, Zipf(1.2) routing) runs on the
+embedded engine (SmolLM2 by default) through the runtime, one task after another, in four
+configurations: static steps and learned steps (``branch_stats``), host tier off and on. The device
+pool holds the supervisor's fixed prompt, about 3 of the 8 workers' and room for the running request.
+
+The learned configuration starts from statistics trained by running ``--train`` tasks of the same
+workflow on the tiny-random engine (the route does not depend on the replies: the router is seeded
+by task and turn), then keeps learning while it runs. Static and learned must produce the same
+outputs (caching never changes greedy outputs); the script checks it and prints the recomputed
+prompt tokens side by side with their ratio (the target: learned <= 0.8x static).
+
+    python benchmarks/engine_learned_routing.py [--model smollm2-135m] [--tasks 4] [--rounds 8]
+        [--fixed 384] [--train 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _engine_workload import describe_machine  # noqa: E402
+
+from backends.local import Engine, EngineConfig  # noqa: E402
+from backends.sim.systems import LEARNED_LOOKAHEAD  # noqa: E402
+from kvflow_orch import BranchStats, run  # noqa: E402
+from workflows.supervisor import supervisor  # noqa: E402
+
+
+def prompt_tokens(args, wf) -> int:
+    """The longest role prompt in the model's tokens, chat template included (about)."""
+    engine = Engine(EngineConfig.build(model=args.model))
+    asg = wf.compile()
+    longest = max(len(engine.tokenizer.encode(asg.system_prompt(a))) for a in asg.agents)
+    engine.close()
+    return longest + 32
+
+
+def run_config(args, wf, learned: BranchStats | None, host: bool) -> dict:
+    prompt = args.prompt
+    device = prompt * 4 + 2 * (args.dynamic + args.output) + 256  # supervisor + ~3 workers + the running call
+    engine = Engine(EngineConfig.build(
+        model=args.model, device_tokens=device, host_tokens=prompt * 20 if host else 0, policy="kvflow",
+        prefetch=host, prefetch_lookahead=LEARNED_LOOKAHEAD if learned is not None else 1))
+    stats = learned.copy() if learned is not None else None
+    outputs, start = [], time.perf_counter()
+    for t in range(args.tasks):
+        result = run(wf, {"task": f"measured-{t}"}, backend=engine, branch_stats=stats)
+        outputs.append([(c.node, c.completion_tokens) for c in result.calls] + [result.state.get("plan"),
+                                                                                result.state.get("work")])
+    wall = time.perf_counter() - start
+    counters = engine.stats()
+    engine.close()
+    return {"outputs": outputs, "wall": wall, "stats": counters, "device": device}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--tasks", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--fixed", type=int, default=384)
+    p.add_argument("--dynamic", type=int, default=16)
+    p.add_argument("--output", type=int, default=8)
+    p.add_argument("--train", type=int, default=20, help="training tasks on tiny-random")
+    args = p.parse_args()
+    wf = supervisor(workers=8, zipf_s=1.2, rounds=args.rounds, fixed=args.fixed, dynamic=args.dynamic,
+                    output=args.output)
+    print(describe_machine())
+    args.prompt = prompt_tokens(args, wf)
+    trained = BranchStats()
+    trainer = Engine(EngineConfig.build(model="tiny-random"))
+    for t in range(args.train):
+        run(wf, {"task": f"train-{t}"}, backend=trainer, branch_stats=trained)
+    trainer.close()
+    probs = trained.probabilities("supervisor", "supervisor")
+    print("trained on", args.train, "tasks:", ", ".join(f"{k}={v:.2f}" for k, v in sorted(probs.items())))
+    print(f"\n{'host tier':<10} {'steps':<8} {'recomputed':>11} {'device hit':>11} {'host hit':>9} "
+          f"{'prefetch hit':>13} {'wall s':>8}")
+    ratios, same = {}, True
+    for host in (False, True):
+        res = {}
+        for name, learned in (("static", None), ("learned", trained)):
+            r = res[name] = run_config(args, wf, learned, host)
+            s = r["stats"]
+            print(f"{'on' if host else 'off':<10} {name:<8} {s['recomputed_tokens']:>11} {s['device_hit_tokens']:>11} "
+                  f"{s['host_hit_tokens']:>9} {s['prefetch_hit_tokens']:>13} {r['wall']:>8.1f}")
+        same &= res["static"]["outputs"] == res["learned"]["outputs"]
+        ratios[host] = res["learned"]["stats"]["recomputed_tokens"] / max(1, res["static"]["stats"]["recomputed_tokens"])
+    print(f"\ndevice pool {res['static']['device']} tokens; {args.tasks} tasks x {args.rounds} worker turns")
+    for host, ratio in ratios.items():
+        verdict = "PASS" if ratio <= 0.8 else "FAIL"
+        print(f"  {verdict}  recomputed tokens learned / static, host tier {'on' if host else 'off'}: {ratio:.3f}x")
+    print(f"  {'PASS' if same else 'FAIL'}  same outputs with static and learned steps")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

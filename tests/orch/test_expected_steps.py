@@ -1,0 +1,182 @@
+"""Expected steps (kvflow_orch._expected): static semantics without stats, static values on
+deterministic graphs, and an independent Monte-Carlo estimate on random routed graphs."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from kvflow_orch import END, START, BranchStats, Workflow
+
+INF = math.inf
+
+
+def route(state):
+    return END
+
+
+def supervisor(workers=4):
+    wf = Workflow("sup")
+    wf.add_agent("boss", system="boss")
+    names = [f"w{i}" for i in range(workers)]
+    for w in names:
+        wf.add_agent(w, system=w)
+        wf.add_edge(w, "boss")
+    wf.add_edge(START, "boss")
+    wf.add_conditional_edges("boss", route, names + [END])
+    return wf.compile(), names
+
+
+def test_without_stats_steps_are_static():
+    asg, names = supervisor()
+    tracker = asg.tracker()
+    tracker.start("boss")
+    assert tracker.steps() == {"boss": 0, **{w: 1 for w in names}}
+
+
+def test_learned_skew_orders_the_workers():
+    asg, names = supervisor()
+    stats = BranchStats()
+    for target, n in (("w0", 60), ("w1", 25), ("w2", 10), ("w3", 1), (END, 4)):
+        for _ in range(n):
+            stats.observe("sup", "boss", target)
+    tracker = asg.tracker(stats)
+    tracker.start("boss")
+    steps = tracker.steps()
+    assert steps["boss"] == 0
+    assert 1 < steps["w0"] < steps["w1"] < steps["w2"] < steps["w3"] < INF
+    tracker.finish("boss", "w2")
+    tracker.start("w2")
+    after = tracker.steps()
+    assert after["w2"] == 0 and after["boss"] == 1
+    # one more hop (through boss first): E[T | runs] grows by 1, P(runs) is the same
+    for w in ("w0", "w1", "w3"):
+        assert after[w] > steps[w]
+    assert after["w0"] < after["w1"] < after["w3"]
+    tracker.finish("w2")
+    tracker.start("boss")
+    tracker.finish("boss", END)
+    assert tracker.done and set(tracker.steps().values()) == {INF}
+
+
+def test_deterministic_parts_equal_static_values():
+    wf = Workflow("det")
+    for n in "abcdefg":
+        wf.add_agent(n, system=n)
+    wf.add_edge(START, "a")
+    wf.add_edge("a", "b")
+    wf.add_edge("a", "c")
+    wf.add_edge(["b", "c"], "d")  # AND-join
+    wf.add_edge("c", "e")
+    wf.add_edge("e", "f")
+    wf.add_edge(["d", "f"], "g")
+    wf.add_conditional_edges("g", route, ["a", END])
+    asg = wf.compile()
+    stats = BranchStats()
+    for t in ["a", END, END]:
+        stats.observe("det", "g", t)
+    static, learned = asg.tracker(), asg.tracker(stats)
+    assert learned.steps() == static.steps()  # a is triggered: the whole pass is deterministic
+    pending = set("bcdefg")
+    for node in ("a", "c", "b", "e", "d", "f"):
+        for tr in (static, learned):
+            tr.start(node)
+            tr.finish(node)
+        pending.discard(node)
+        # the rest of this pass is deterministic; what already ran comes back only through g's router
+        assert {n: learned.steps()[n] for n in pending} == {n: static.steps()[n] for n in pending}
+        assert all(learned.steps()[n] > static.steps()[n] for n in set("abcdef") - pending)
+
+
+# ------------------------------------------------------------------ Monte-Carlo
+def random_graph(seed: int):
+    """A random single-token graph: every node fires one successor (a plain edge or one choice of
+    its conditional edges), loops included; END probabilities keep runs finite."""
+    rng = random.Random(seed)
+    n = rng.randint(3, 7)
+    names = [f"n{i}" for i in range(n)]
+    succ: dict[str, list[str]] = {name: [] for name in names}
+    for i in range(1, n):
+        succ[names[rng.randrange(i)]].append(names[i])  # a spanning tree: all reachable
+    wf = Workflow(f"g{seed}")
+    for name in names:
+        wf.add_agent(name, system=name)
+    wf.add_edge(START, names[0])
+    routers = {}
+    for name in names:
+        targets = succ[name] + rng.sample(names, rng.randint(0, 2))
+        targets = list(dict.fromkeys(targets))
+        if len(targets) == 1 and rng.random() < 0.5:
+            wf.add_edge(name, targets[0])
+            continue
+        targets.append(END)
+        wf.add_conditional_edges(name, route, targets)
+        routers[name] = targets
+    stats = BranchStats()
+    for name, targets in routers.items():
+        weights = [rng.random() ** 2 + 0.05 for _ in targets]
+        for _ in range(30):
+            stats.observe(wf.name, name, rng.choices(targets, weights)[0])
+    return wf.compile(), stats, routers
+
+
+def monte_carlo(asg, probs, plain, start: str, rng, samples: int, horizon: int = 400):
+    """P(v starts again) and E[steps | it does], by walking the token from ``start``'s firing."""
+    hits: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for _ in range(samples):
+        seen: set[str] = set()
+        node, step = start, 0
+        while step < horizon:
+            if node in probs:
+                targets = list(probs[node])
+                node = rng.choices(targets, [probs[node][t] for t in targets])[0]
+            else:
+                node = plain[node]
+            step += 1
+            if node == END:
+                break
+            if node not in seen:
+                seen.add(node)
+                hits[node] = hits.get(node, 0) + 1
+                total[node] = total.get(node, 0) + step
+    return {v: (hits[v] / samples, total[v] / hits[v]) for v in hits}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_expected_steps_match_monte_carlo(seed):
+    asg, stats, routers = random_graph(seed)
+    probs = asg.routing_probabilities(stats)
+    plain = {n: asg.plain_targets(n)[0] for n in asg.nodes if n not in routers}
+    rng = random.Random(1000 + seed)
+    tracker = asg.tracker(stats)
+    node = asg.plain_targets(START)[0]
+    for _ in range(rng.randint(0, 4)):  # walk a few steps into the run
+        tracker.start(node)
+        goto = None
+        if node in probs:
+            targets = [t for t in probs[node] if t != END] or list(probs[node])
+            goto = rng.choice(targets)
+        else:
+            goto = None
+        tracker.finish(node, goto)
+        nxt = goto if goto is not None else plain[node]
+        if nxt == END:
+            break
+        node = nxt
+    if tracker.done:
+        return
+    tracker.start(node)
+    steps = tracker.steps()
+    estimate = monte_carlo(asg, probs, plain, node, rng, samples=20_000)
+    for v, value in steps.items():
+        if v == node:
+            assert value == 0
+            continue
+        if v not in estimate:
+            assert value == INF or value > 50  # practically never: the walk did not see it
+            continue
+        p, mean = estimate[v]
+        assert value == pytest.approx(mean / p, rel=0.06), (v, p, mean)

@@ -1,0 +1,103 @@
+"""run()/arun_many() with branch statistics: every routing decision is learned, hints and steps
+updates carry the expected steps, KVFLOW_BRANCH_STATS persists them across processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from runtime_graphs import LOOP_HINTS, review_loop
+
+from kvflow_orch import END, START, BranchStats, Workflow, WorkflowError
+from kvflow_orch.runtime import run, run_many
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_router_decisions_are_learned_and_hints_carry_expected_steps(server):
+    stats = BranchStats()
+    result = run(review_loop(rounds=3), {"idea": "x"}, backend=server.url, branch_stats=stats)
+    assert result.state["rounds"] == 3
+    assert stats.decisions("loop", "count") == 3
+    assert stats.probabilities("loop", "count", ["eng", END]) == pytest.approx({"eng": 3 / 5, END: 2 / 5})
+    # A run reads the probabilities when it starts: uniform here (p(eng) = 1/2). While count runs,
+    # eng is E[T | runs] / P(runs) = 1 / (1/2) = 2 (static: 1) and qa 2 / (1/2) = 4 (static: 2).
+    updates = [u["steps"] for u in server.steps_updates() if not u["done"]]
+    assert {"pm": None, "eng": 2, "qa": 4} in updates
+    before = len(server.hints())
+    run(review_loop(rounds=3), {"idea": "y"}, backend=server.url, branch_stats=stats)
+    hints = [(h["agent"], h["steps"]) for h in server.hints()[before:]]
+    # the deterministic part is static; while qa runs eng is 2 steps away through the router (p 3/5)
+    assert hints[1] == ("eng", {"pm": None, "eng": 0, "qa": 1})
+    assert hints[2][0] == "qa" and hints[2][1]["eng"] == pytest.approx(2 / (3 / 5))
+    assert stats.decisions("loop", "count") == 6
+
+
+def test_static_stays_the_default(server, monkeypatch):
+    monkeypatch.delenv("KVFLOW_BRANCH_STATS", raising=False)
+    run(review_loop(), {"idea": "x"}, backend=server.url)
+    assert [(h["agent"], h["steps"]) for h in server.hints()] == LOOP_HINTS
+
+
+def test_run_many_shares_the_statistics(server):
+    stats = BranchStats()
+    run_many(review_loop(rounds=2), [{"idea": "a"}, {"idea": "b"}, {"idea": "c"}], backend=server.url,
+             branch_stats=stats)
+    assert stats.decisions("loop", "count") == 6
+
+
+def test_bad_branch_stats_argument(server):
+    with pytest.raises(WorkflowError, match="branch_stats must be a BranchStats"):
+        run(review_loop(), {"idea": "x"}, backend=server.url, branch_stats={"count": 1})
+
+
+def test_bad_stats_file_names_the_variable(server, tmp_path, monkeypatch):
+    path = tmp_path / "stats.json"
+    path.write_text("{not json")
+    monkeypatch.setenv("KVFLOW_BRANCH_STATS", str(path))
+    with pytest.raises(WorkflowError, match="KVFLOW_BRANCH_STATS=.*not JSON"):
+        run(review_loop(), {"idea": "x"}, backend=server.url)
+
+
+SCRIPT = """
+from kvflow_orch import END, START, Workflow, run
+wf = Workflow("router")
+wf.add_node("pick", lambda s: {"n": s.get("n", 0) + 1})
+wf.add_node("a", lambda s: None)
+wf.add_node("b", lambda s: None)
+wf.add_edge(START, "pick")
+wf.add_edge("a", "pick")
+wf.add_edge("b", "pick")
+wf.add_conditional_edges("pick", lambda s: END if s["n"] > 4 else ("a" if s["n"] % 4 else "b"), ["a", "b", END])
+run(wf, {}, backend="local")
+"""
+
+
+def test_stats_file_persists_across_processes(tmp_path):
+    path = tmp_path / "stats.json"
+    env = {**os.environ, "KVFLOW_BRANCH_STATS": str(path), "PYTHONPATH": ROOT}
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", SCRIPT], env=env, check=True, timeout=120, cwd=ROOT)
+    data = json.loads(path.read_text())
+    (router,) = data["routers"]
+    assert (router["workflow"], router["router"]) == ("router", "pick")
+    assert router["decisions"] == 10 and router["counts"] == {"a": 6.0, "b": 2.0, END: 2.0}
+    stats = BranchStats.load(path)
+    asg_steps = _expected_after_pick(stats)
+    assert asg_steps["a"] < asg_steps["b"]
+
+
+def _expected_after_pick(stats: BranchStats) -> dict[str, float]:
+    wf = Workflow("router")
+    for name in ("pick", "a", "b"):
+        wf.add_node(name, lambda s: None)
+    wf.add_edge(START, "pick")
+    wf.add_edge("a", "pick")
+    wf.add_edge("b", "pick")
+    wf.add_conditional_edges("pick", lambda s: END, ["a", "b", END])
+    tracker = wf.compile().tracker(stats)
+    tracker.start("pick")
+    return tracker.steps()

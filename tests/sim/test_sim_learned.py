@@ -1,0 +1,88 @@
+"""kvflow-learned in the simulator: skewed routing, trained routing statistics, fractional steps in
+hints, and the supervisor/swarm workloads through `kvflow bench sim`."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import replace
+
+import pytest
+
+from backends.sim.orchestrator import train
+from backends.sim.profiles import load_hardware, load_model
+from backends.sim.simulate import simulate
+from backends.sim.systems import get_system
+from kvflow_orch import BranchStats
+from kvflow_orch.cli import main as kvflow_main
+from kvflow_orch.cli.scenarios import routed_device_tokens, routed_workload
+
+H100, LLAMA = load_hardware("h100-sxm"), load_model("llama-3.1-8b")
+
+
+def test_routing_follows_the_weights_and_training_learns_them():
+    w = routed_workload("supervisor", fixed=256, rounds=20)
+    spec = w.instances[0].spec
+    stats = BranchStats()
+    train(spec, stats, seed=3, runs=30)
+    assert stats.decisions("supervisor", "supervisor") == 30 * 21
+    probs = stats.probabilities("supervisor", "supervisor", spec.routing["supervisor"])
+    weights = spec.routing["supervisor"]
+    top = max(weights, key=weights.get)
+    assert max(probs, key=probs.get) == top
+    assert probs[top] == pytest.approx(weights[top] * 20 / 21, abs=0.06)  # END takes 1 decision in 21
+
+
+def test_learned_hints_carry_fractional_steps_ordered_by_popularity():
+    w = routed_workload("supervisor", fixed=512, rounds=10)
+    hints = []
+    simulate(get_system("kvflow-learned"), w, H100, LLAMA, device_tokens=routed_device_tokens(w), host_tokens=0,
+             on_submit=lambda req: hints.append(req.hint))
+    boss = [h for h in hints[9:] if h.agent == "supervisor"]
+    assert boss, "no supervisor call after the warm-up"
+    steps = boss[0].steps
+    weights = w.instances[0].spec.routing["supervisor"]
+    ranked = sorted(weights, key=weights.get, reverse=True)
+    assert any(v != int(v) for v in steps.values())
+    assert steps[ranked[0]] < steps[ranked[-1]]
+    assert all(steps[a] >= 1 for a in ranked)
+    static = []
+    simulate(get_system("kvflow"), w, H100, LLAMA, device_tokens=routed_device_tokens(w), host_tokens=0,
+             on_submit=lambda req: static.append(req.hint))
+    assert {static[9 + hints[9:].index(boss[0])].steps[a] for a in ranked} == {1}
+
+
+def test_learned_keeps_the_popular_workers_without_a_host_tier():
+    w = routed_workload("supervisor", fixed=1024, rounds=30)
+    run = {name: simulate(get_system(name), w, H100, LLAMA, device_tokens=routed_device_tokens(w), host_tokens=0)
+           for name in ("kvflow", "kvflow-learned")}
+    assert run["kvflow-learned"].device_hit_ratio > run["kvflow"].device_hit_ratio
+    assert run["kvflow-learned"].requests == run["kvflow"].requests  # the same route in both
+
+
+def test_learned_without_statistics_is_a_clear_error():
+    w = replace(routed_workload("swarm", fixed=128, rounds=3), branch_stats=None)
+    with pytest.raises(ValueError, match="kvflow-learned needs routing statistics"):
+        simulate(get_system("kvflow-learned"), w, H100, LLAMA, device_tokens=4096)
+
+
+def test_training_leaves_the_workload_prior_untouched():
+    w = routed_workload("swarm", fixed=128, rounds=4)
+    simulate(get_system("kvflow-learned"), w, H100, LLAMA, device_tokens=8192)
+    assert len(w.branch_stats) == 0
+
+
+@pytest.mark.parametrize("workload", ["supervisor", "swarm"])
+def test_bench_sim_routed_workloads(tmp_path, workload):
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = kvflow_main(["bench", "sim", "--workload", workload, "--rounds", "6", "--agents", "4",
+                          "--systems", "kvflow", "kvflow-learned", "belady", "infinite",
+                          "--host-tokens", "0", "--no-plots", "--out", str(tmp_path)])
+    assert rc == 0, err.getvalue()
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert {r["system"] for r in rows} == {"kvflow", "kvflow-learned", "belady", "infinite"}
+    assert "kvflow-learned device hits within 5% points of belady" in out.getvalue()
+    assert Counter(r["labels"]["zipf_s"] for r in rows) == {1.2: 4}
