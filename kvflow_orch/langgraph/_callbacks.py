@@ -21,11 +21,11 @@ forgets it. Each root's end sends ``done=true`` to the backend.
 
 from __future__ import annotations
 
+import functools
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Hashable, Mapping, TypeVar
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -34,11 +34,26 @@ from ..constants import START
 from ..protocol import DEFAULT_NAMESPACE, KVFlowHint, check_name
 from ._backend import Backend
 from ._compile import Routes
-from ._live import LiveWorkflow, TrackingWarning
+from ._live import LiveWorkflow, warn_once
 
 __all__ = ["KVFlowCallbackHandler"]
 
 _MAX_PAUSED = 1024
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """Tracking never raises into LangChain's callbacks: a failure costs hints, with one warning."""
+
+    @functools.wraps(method)
+    def guarded(self: "KVFlowCallbackHandler", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            warn_once(self._warned, "internal", f"kvflow tracking failed ({type(exc).__name__}: {exc}); steps may be stale")
+            return None
+
+    return guarded  # type: ignore[return-value]
 _ERROR_HANDLER = "__error_handler__"
 
 
@@ -52,7 +67,7 @@ class _Run:
 class _Task:
     node: str
     key: str
-    branch_outputs: list[tuple[int, Any]] = field(default_factory=list)
+    branch_outputs: list[tuple[str, Any]] = field(default_factory=list)
     llm_calls: int = 0
     recovers: bool = False
     """An error handler's task: its end completes the failed task of ``node``."""
@@ -91,8 +106,10 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
         self._roots: dict[UUID, _Root] = {}
         self._workflows: dict[str, tuple[LiveWorkflow, int]] = {}
         self._paused: OrderedDict[str, LiveWorkflow] = OrderedDict()
+        self._warned: set[str] = set()  # warning kinds already shown for this graph
 
     # ----------------------------------------------------------------- run tree
+    @_guarded
     def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None, metadata=None, **kw) -> None:
         md, name, tags = metadata or {}, kw.get("name"), tags or ()
         with self._lock:
@@ -107,20 +124,28 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
                     self._begin_task(run_id, parent.root, node, md)
                     return
             elif parent_run_id == parent.task:
+                # A router runs as a later step of its node's sequence (a node that is itself a
+                # chain of runnables has numbered steps of its own first).
+                task = self._tasks.get(parent.task)  # type: ignore[arg-type]
+                routes = self.routes.get(task.node) if task is not None else None
                 k = _seq_step(tags)
-                if k is not None and k >= 2:
-                    self._branch_runs[run_id] = k
+                branch = routes.branch_at(k) if routes is not None and k is not None else None
+                if branch is not None:
+                    self._branch_runs[run_id] = branch
             self._runs[run_id] = _Run(parent.root, parent.task)
 
+    @_guarded
     def on_chain_end(self, outputs, *, run_id, **kw) -> None:
         with self._lock:
             self._end(run_id, outputs, None)
 
+    @_guarded
     def on_chain_error(self, error, *, run_id, **kw) -> None:
         with self._lock:
             self._end(run_id, None, error)
 
     # Other runs only extend the tree, so LLM calls and nested chains inside them find their node.
+    @_guarded
     def _child(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         with self._lock:
             parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
@@ -139,6 +164,7 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
     def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, **kw) -> None:
         self._child(run_id, parent_run_id)
 
+    @_guarded
     def _forget(self, *args: Any, run_id: UUID, **kw: Any) -> None:
         with self._lock:
             self._runs.pop(run_id, None)
@@ -152,11 +178,11 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
         try:
             check_name(wid, "workflow id")
         except ValueError as exc:  # every hint would fail, and with it the app's LLM request
-            warnings.warn(f"{exc}; this run uses its root run id {run_id} instead", TrackingWarning, stacklevel=2)
+            warn_once(self._warned, "workflow-id", f"{exc}; this run uses its root run id {run_id} instead")
             wid = str(run_id)
         live, count = self._workflows.get(wid, (None, 0))
         if live is None:
-            live = self._paused.pop(wid, None) or LiveWorkflow(self.asg, wid, self.namespace)
+            live = self._paused.pop(wid, None) or LiveWorkflow(self.asg, wid, self.namespace, self._warned)
         self._workflows[wid] = (live, count + 1)
         self._runs[run_id] = _Run(run_id, None)
         self._roots[run_id] = _Root(live)
@@ -180,11 +206,11 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
         run = self._runs.pop(run_id, None)
         if run is None:
             return
-        k = self._branch_runs.pop(run_id, None)
-        if k is not None and error is None:
+        branch = self._branch_runs.pop(run_id, None)
+        if branch is not None and error is None:
             task = self._tasks.get(run.task)  # type: ignore[arg-type]
             if task is not None:
-                task.branch_outputs.append((k, outputs))
+                task.branch_outputs.append((branch, outputs))
         elif run_id in self._tasks:
             self._end_task(run.root, self._tasks.pop(run_id), outputs, error)
         elif run_id in self._roots:
@@ -193,9 +219,12 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
     def _end_task(self, root: UUID, task: _Task, outputs: Any, error: BaseException | None) -> None:
         live = self._roots[root].workflow
         if error is not None:
-            if _is_interrupt(error):
-                self._roots[root].interrupted = True
-            return  # still running for the tracker: a retry or a resume re-runs this task
+            handoff = _parent_command(error)
+            if handoff is None:
+                if _is_interrupt(error):
+                    self._roots[root].interrupted = True
+                return  # still running for the tracker: a retry or a resume re-runs this task
+            outputs = handoff  # a subgraph handed off to this graph's nodes: the task is done
         goto, sends = _decisions(self.routes.get(task.node), task.branch_outputs, outputs)
         if task.recovers:
             live.recover(task.node, goto, sends)
@@ -222,6 +251,7 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
         self._post(live, done=True)
 
     # ----------------------------------------------------------------- hints and updates
+    @_guarded
     def hint_for(self, run_id: UUID | None) -> KVFlowHint | None:
         """The hint for an LLM request made under ``run_id``; None outside a node of this graph."""
         with self._lock:
@@ -239,7 +269,9 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
             return run_id in self._runs
 
     def _post(self, live: LiveWorkflow, *, done: bool = False) -> None:
-        self.backend.send(live.update(done=done))
+        if self.backend.url is None or self.backend.probed() is False:
+            return  # nowhere to send it: skip building the update
+        self.backend.send(live.update(done=done), announced=live.announced)
 
     @property
     def open_runs(self) -> int:
@@ -264,7 +296,14 @@ def _is_interrupt(error: BaseException) -> bool:
     return isinstance(error, GraphInterrupt)
 
 
-def _decisions(routes: Routes | None, branch_outputs: list[tuple[int, Any]], outputs: Any) -> tuple[list[str], list[str]]:
+def _parent_command(error: BaseException) -> Any:
+    """The ``Command`` a subgraph raised to its parent graph (``Command.PARENT``), else None."""
+    from langgraph.errors import ParentCommand
+
+    return error.args[0] if isinstance(error, ParentCommand) and error.args else None
+
+
+def _decisions(routes: Routes | None, branch_outputs: list[tuple[str, Any]], outputs: Any) -> tuple[list[str], list[str]]:
     """(targets chosen, Send targets) of a finished node task."""
     from langgraph.types import Command, Send
 
@@ -276,12 +315,15 @@ def _decisions(routes: Routes | None, branch_outputs: list[tuple[int, Any]], out
             if isinstance(item, Send):
                 goto.append(item.node)
                 sends.append(item.node)
-            elif isinstance(item, str) or (ends is not None and item in ends):
-                goto.append(ends.get(item, item) if ends is not None else item)
+            elif isinstance(item, Hashable) and ends is not None and item in ends:
+                goto.append(ends[item])
+            elif isinstance(item, str):
+                goto.append(item)
 
     if routes is not None:
-        for (_, ends), (_, choice) in zip(routes.branches, sorted(branch_outputs, key=lambda p: p[0])):
-            take(choice, ends)
+        ends_of = dict(routes.branches)
+        for name, choice in branch_outputs:
+            take(choice, ends_of.get(name))
     for command in outputs if isinstance(outputs, (list, tuple)) else (outputs,):
         if isinstance(command, Command) and command.graph is None and command.goto:
             take(command.goto, None)

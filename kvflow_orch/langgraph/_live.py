@@ -35,7 +35,9 @@ class TrackingWarning(RuntimeWarning):
 
 
 class LiveWorkflow:
-    def __init__(self, asg, workflow_id: str, namespace: str = DEFAULT_NAMESPACE) -> None:
+    def __init__(
+        self, asg, workflow_id: str, namespace: str = DEFAULT_NAMESPACE, warned: set[str] | None = None
+    ) -> None:
         self.asg = asg
         self.workflow_id = workflow_id
         self.tracker = asg.tracker()
@@ -43,7 +45,9 @@ class LiveWorkflow:
         self._live: dict[str, str] = {}  # task key -> node
         self._reserved: Counter[str] = Counter()
         self._sends: Counter[str] = Counter()
-        self._warned: set[str] = set()
+        self._warned = set() if warned is None else warned  # shared by the graph's workflows
+        self.announced = False
+        """Whether a hinted request told the server about this workflow."""
 
     # ----------------------------------------------------------------- transitions
     def task_started(self, node: str, key: str, *, pushed: bool) -> None:
@@ -90,6 +94,7 @@ class LiveWorkflow:
     # ----------------------------------------------------------------- messages
     def hint(self, agent: str) -> KVFlowHint:
         """The hint of an LLM call by ``agent`` now (fixed prefix: the leading system message)."""
+        self.announced = True
         return self.hints.hint(self.tracker, agent, fixed_prefix=1)
 
     def update(self, *, done: bool = False) -> StepsUpdate:
@@ -106,6 +111,11 @@ class LiveWorkflow:
             return False
 
     def _warn(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            warnings.warn(message, TrackingWarning, stacklevel=4)
+        warn_once(self._warned, key.split(":")[0], message)
+
+
+def warn_once(warned: set[str], kind: str, message: str) -> None:
+    """One :class:`TrackingWarning` per ``kind`` and graph (``warned``); standard filters apply."""
+    if kind not in warned:
+        warned.add(kind)
+        warnings.warn(message, TrackingWarning, stacklevel=3)
