@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..protocol import INFO_ROUTE, StepsUpdate
-from ._delivery import delivery
+from ._delivery import delivery, tls_context
 
 __all__ = ["Backend", "origin_of", "PlainServerWarning"]
 
@@ -121,7 +121,7 @@ def _server_root(url: str) -> str:
 def _probe(origin: str, headers: dict[str, str] | None) -> tuple[bool, int | None]:
     """(whether ``origin`` is a kvflow server, the probe's HTTP status or None when unreachable)."""
     try:
-        response = httpx.get(origin + INFO_ROUTE, timeout=_PROBE_TIMEOUT_S, headers=headers)
+        response = httpx.get(origin + INFO_ROUTE, timeout=_PROBE_TIMEOUT_S, headers=headers, verify=tls_context())
         data: Any = response.json() if response.status_code == 200 else None
     except httpx.HTTPError:
         return False, None

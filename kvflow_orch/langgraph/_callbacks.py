@@ -1,6 +1,7 @@
 """The callback handler that follows an instrumented LangGraph app, one workflow per run.
 
-LangGraph reports every run to the callbacks attached with ``with_config(callbacks=...)``:
+LangGraph reports every run to the callbacks of the call (``instrument`` adds this handler to each
+call's callbacks). No handler method raises: a failure costs hints and one TrackingWarning.
 
 * the **root** run is the graph itself (a chain run named like the graph whose parent we never
   saw); its workflow id is ``metadata["kvflow_workflow_id"]``, else the thread id, else the root
@@ -8,9 +9,10 @@ LangGraph reports every run to the callbacks attached with ``with_config(callbac
   sharing a workflow id share one :class:`LiveWorkflow`;
 * a **node task** is a direct child of the root whose ``langgraph_node`` metadata equals its name
   and that carries the tag ``graph:step:N``;
-* a **branch** run is a direct child of a node task tagged ``seq:step:K`` with K >= 2 (the node's
-  body is step 1); the i-th one is the node's i-th conditional edge, and its output is the
-  router's choice. A node's own ``Command`` output carries its ``goto``.
+* a **branch** run is a direct child of a node task tagged ``seq:step:K`` with K past the node's
+  body steps and its write step (:meth:`Routes.branch_at`); its output is the router's choice. A
+  node's own ``Command`` output carries its ``goto``; a ``Command.PARENT`` raised out of a subgraph
+  node ends that node's task with the command's ``goto``.
 
 Decisions are complete when the node task ends, so that is when the tracker hears ``finish``.
 Every run id is mapped to its root and node task, so an LLM request made anywhere inside a node
@@ -297,10 +299,15 @@ def _is_interrupt(error: BaseException) -> bool:
 
 
 def _parent_command(error: BaseException) -> Any:
-    """The ``Command`` a subgraph raised to its parent graph (``Command.PARENT``), else None."""
+    """What a ``Command(graph=Command.PARENT)`` means for the task it ended, else None."""
     from langgraph.errors import ParentCommand
+    from langgraph.types import Command
 
-    return error.args[0] if isinstance(error, ParentCommand) and error.args else None
+    if not (isinstance(error, ParentCommand) and error.args and isinstance(error.args[0], Command)):
+        return None
+    command = error.args[0]
+    # Raised by a node of this graph (graph=PARENT): it ends here and routes in the parent.
+    return Command() if command.graph == Command.PARENT else Command(goto=command.goto)
 
 
 def _decisions(routes: Routes | None, branch_outputs: list[tuple[str, Any]], outputs: Any) -> tuple[list[str], list[str]]:

@@ -16,7 +16,9 @@ costs cache efficiency.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
+import ssl
 import threading
 import time
 from collections import OrderedDict
@@ -26,11 +28,17 @@ import httpx
 
 from ..protocol import STEPS_ROUTE, StepsUpdate
 
-__all__ = ["Delivery", "delivery"]
+__all__ = ["Delivery", "delivery", "tls_context"]
 
 log = logging.getLogger("kvflow.langgraph")
 
 _TIMEOUT_S = 5.0
+
+
+@functools.lru_cache(maxsize=1)
+def tls_context() -> ssl.SSLContext:
+    """One TLS context for every client here (building one loads the CA bundle: milliseconds)."""
+    return ssl.create_default_context()
 
 
 class _Item(NamedTuple):
@@ -145,7 +153,7 @@ class Delivery:
             client = clients.get((item.url, item.headers))
             if client is None:
                 client = clients[(item.url, item.headers)] = httpx.Client(
-                    base_url=item.url, timeout=_TIMEOUT_S, headers=dict(item.headers)
+                    base_url=item.url, timeout=_TIMEOUT_S, headers=dict(item.headers), verify=tls_context()
                 )
             client.post(STEPS_ROUTE, json=item.update.model_dump(mode="json")).raise_for_status()
         except Exception as exc:  # a lost update only costs cache efficiency, never the workflow

@@ -59,7 +59,8 @@ def test_destinations_dict_keys_are_targets(server, strict_tracking):
     assert handler_of(app).open_runs == 0
 
 
-def test_graphs_langgraph_runs_are_never_refused(server):
+@pytest.mark.parametrize("inner", ["plain", "instrumented"])
+def test_graphs_langgraph_runs_are_never_refused(server, strict_tracking, inner):
     child = StateGraph(S)
     child.add_node("hand_off", lambda s: Command(graph=Command.PARENT, goto="finish", update={"x": 7}))
     child.add_edge(START, "hand_off")
@@ -68,7 +69,8 @@ def test_graphs_langgraph_runs_are_never_refused(server):
         raise ValueError("boom")
 
     g = StateGraph(S)
-    g.add_node("team", child.compile())
+    team = child.compile()
+    g.add_node("team", team if inner == "plain" else instrument(team, backend_url=server.url))
     g.add_node("finish", lambda s: {"x": s["x"] + 1})  # reached only by the hand-off
     g.add_node("risky", boom, error_handler=lambda s: Command(goto="rescue"))
     g.add_node("rescue", lambda s: {"x": s["x"] * 10})  # reached only by the error handler
