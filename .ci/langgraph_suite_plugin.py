@@ -4,7 +4,7 @@ Loaded with ``-p langgraph_suite_plugin`` (``.ci`` on ``PYTHONPATH``) by ``.ci/l
 run LangGraph's own test suite with every graph instrumented. Steps updates go to a local HTTP
 server that answers ``/kvflow/v1/info`` and ``/kvflow/v1/steps`` like a kvflow server. A graph
 ``instrument()`` refuses raises, so its test fails. At the end one line reports the compiles, the
-updates received and the threads still alive (``KVFLOW_SUITE_REPORT`` names a JSON file to write).
+updates received, the kvflow warnings the tests saw and the threads still alive (``KVFLOW_SUITE_REPORT`` names a JSON file to write).
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-_counts = {"compiles": 0, "steps_updates": 0}
+_counts = {"compiles": 0, "steps_updates": 0, "TrackingWarning": 0, "UndeclaredTargetsWarning": 0}
 
 
 class _KVFlowStub(BaseHTTPRequestHandler):
@@ -62,10 +63,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config._kvflow_stub = server  # type: ignore[attr-defined]
 
 
+def pytest_warning_recorded(warning_message, when, nodeid, location) -> None:
+    name = warning_message.category.__name__
+    if name in _counts:
+        _counts[name] += 1
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     from kvflow_orch.langgraph._delivery import delivery
 
     delivery().flush(5.0)
+    deadline = time.monotonic() + delivery().idle_s + 5
+    while delivery().running and time.monotonic() < deadline:  # it stops by itself when idle
+        time.sleep(0.05)
     report = {
         **_counts,
         "threads_alive": threading.active_count(),

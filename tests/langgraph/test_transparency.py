@@ -20,7 +20,7 @@ from lg_apps import chat_model, software_company
 from pydantic import BaseModel
 
 from kvflow_orch.langgraph import TrackingWarning, UndeclaredTargetsWarning, handler_of, instrument
-from kvflow_orch.langgraph._delivery import Delivery, delivery
+from kvflow_orch.langgraph._delivery import Delivery
 from kvflow_orch.protocol import StepsUpdate
 
 
@@ -155,9 +155,13 @@ def test_backend_url_may_be_the_openai_base_url(server, strict_tracking):
     assert server.steps_updates() and server.steps_updates()[-1]["done"] is True
 
 
+def _kvflow_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("kvflow-langgraph")]
+
+
 def _wait_idle(timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
-    while delivery().running and time.monotonic() < deadline:
+    while _kvflow_threads() and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
@@ -178,13 +182,14 @@ def test_nested_instrumented_graph_keeps_no_run_state_or_thread(server):
     outer = instrument(outer_g.compile(), backend_url=server.url)
     for _ in range(10):
         assert outer.invoke({}) == {"x": 1}
-    delivery().flush()
+    handler_of(outer).backend.flush()
+    assert len(server.steps_updates()) >= 10
     del inner, outer
     _wait_idle()
     gc.collect()
     kinds = {type(o).__name__ for o in gc.get_objects() if type(o).__name__ in ("SyncPregelLoop", "LiveWorkflow")}
     assert kinds == set()
-    assert [t.name for t in threading.enumerate() if t.name.startswith("kvflow-langgraph")] == []
+    assert _kvflow_threads() == []
 
 
 def test_delivery_queue_is_bounded_coalesced_and_drops_unannounced_workflows():
