@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..protocol import INFO_ROUTE, StepsUpdate
-from ._delivery import delivery, tls_context
+from ..protocol import INFO_ROUTE
+from ._delivery import Snapshot, delivery, tls_context
 
 __all__ = ["Backend", "origin_of", "PlainServerWarning"]
 
@@ -90,8 +90,8 @@ class Backend:
         return known
 
     # ------------------------------------------------------------------ updates
-    def send(self, update: StepsUpdate, *, announced: bool = True) -> None:
-        """Queue ``update`` (coalesced per workflow); never blocks, never raises.
+    def send(self, update: Snapshot, *, announced: bool = True) -> None:
+        """Queue the steps ``update`` (coalesced per workflow); never blocks, never raises.
 
         ``announced``: the workflow already made a hinted request (a workflow that ends before the
         server heard of it sends nothing). A first probe of the server runs on the delivery thread.

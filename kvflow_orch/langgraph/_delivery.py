@@ -1,10 +1,11 @@
 """One process-wide thread that posts queued steps updates for every instrumented LangGraph app.
 
-Callbacks call :meth:`Delivery.put` with plain data (the update, the destination URL and headers,
-and the backend's probe); it returns at once and never copies the caller's context: the thread is
-a plain ``threading.Thread`` (which starts with an empty context) created on demand, and it exits
-after ``idle_s`` without work, closing its HTTP connections. At interpreter exit the queue is
-flushed for at most a couple of seconds.
+Callbacks call :meth:`Delivery.put` with plain data (a :class:`Snapshot` of the steps, the
+destination URL and headers, and the backend's probe) and it returns at once; the thread builds
+and validates a :class:`StepsUpdate` only for the snapshots it sends. Nothing of the caller's
+context travels: the thread is a plain ``threading.Thread`` (which starts with an empty context),
+created on demand, and it exits after ``idle_s`` without work, closing its HTTP connections. At
+interpreter exit the queue is flushed for at most a couple of seconds.
 
 The queue holds at most one update per ``(url, namespace, workflow_id)`` in arrival order: a newer
 update replaces the queued one in place (a ``done`` one stays final), in O(1). A workflow that
@@ -26,9 +27,10 @@ from typing import Callable, NamedTuple
 
 import httpx
 
+from ..hinting import WorkflowHints
 from ..protocol import STEPS_ROUTE, StepsUpdate
 
-__all__ = ["Delivery", "delivery", "tls_context"]
+__all__ = ["Delivery", "Snapshot", "delivery", "tls_context"]
 
 log = logging.getLogger("kvflow.langgraph")
 
@@ -41,10 +43,24 @@ def tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+class Snapshot(NamedTuple):
+    """A workflow's agent steps at one moment (``done``: the workflow has ended)."""
+
+    hints: WorkflowHints
+    steps: dict[str, float]
+    done: bool = False
+
+    def agent_steps(self) -> dict[str, float]:
+        return self.steps
+
+    def build(self) -> StepsUpdate:
+        return self.hints.update(self, done=self.done)
+
+
 class _Item(NamedTuple):
     url: str
     headers: tuple[tuple[str, str], ...]
-    update: StepsUpdate
+    update: Snapshot
     probe: Callable[[], bool]
 
 
@@ -67,13 +83,13 @@ class Delivery:
         self,
         url: str,
         headers: tuple[tuple[str, str], ...],
-        update: StepsUpdate,
+        update: Snapshot,
         probe: Callable[[], bool],
         *,
         announced: bool,
     ) -> None:
         """Queue ``update`` for ``url``; ``announced``: the workflow already sent a hinted request."""
-        key = (url, update.namespace, update.workflow_id)
+        key = (url, update.hints.namespace, update.hints.workflow_id)
         with self._cond:
             queued = self._pending.get(key)
             if queued is not None and queued.update.done:
@@ -155,7 +171,7 @@ class Delivery:
                 client = clients[(item.url, item.headers)] = httpx.Client(
                     base_url=item.url, timeout=_TIMEOUT_S, headers=dict(item.headers), verify=tls_context()
                 )
-            client.post(STEPS_ROUTE, json=item.update.model_dump(mode="json")).raise_for_status()
+            client.post(STEPS_ROUTE, json=item.update.build().model_dump(mode="json")).raise_for_status()
         except Exception as exc:  # a lost update only costs cache efficiency, never the workflow
             log.warning("steps update for workflow %r not delivered to %s: %s", key[2], item.url, exc)
             return

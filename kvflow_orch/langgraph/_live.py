@@ -25,7 +25,8 @@ from typing import Iterable
 from ..constants import START
 from ..errors import WorkflowError
 from ..hinting import WorkflowHints
-from ..protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate
+from ..protocol import DEFAULT_NAMESPACE, KVFlowHint
+from ._delivery import Snapshot
 
 __all__ = ["LiveWorkflow", "TrackingWarning"]
 
@@ -97,9 +98,9 @@ class LiveWorkflow:
         self.announced = True
         return self.hints.hint(self.tracker, agent, fixed_prefix=1)
 
-    def update(self, *, done: bool = False) -> StepsUpdate:
-        """The steps update to post now; a done update still carries the last steps."""
-        return self.hints.update(self.tracker, done=done)
+    def update(self, *, done: bool = False) -> Snapshot:
+        """The steps to post now (built into a StepsUpdate when sent); done still carries them."""
+        return Snapshot(self.hints, self.tracker.agent_steps(), done)
 
     # ----------------------------------------------------------------- helpers
     def _apply(self, what: str, op, *args) -> bool:

@@ -20,8 +20,8 @@ from lg_apps import chat_model, software_company
 from pydantic import BaseModel
 
 from kvflow_orch.langgraph import TrackingWarning, UndeclaredTargetsWarning, handler_of, instrument
-from kvflow_orch.langgraph._delivery import Delivery
-from kvflow_orch.protocol import StepsUpdate
+from kvflow_orch.hinting import WorkflowHints
+from kvflow_orch.langgraph._delivery import Delivery, Snapshot
 
 
 class S(TypedDict, total=False):
@@ -200,8 +200,8 @@ def test_delivery_queue_is_bounded_coalesced_and_drops_unannounced_workflows():
         gate.wait(5)
         return False  # nothing is posted: the test watches the queue only
 
-    def update(wid: str, done: bool = False) -> StepsUpdate:
-        return StepsUpdate(workflow_id=wid, steps={"a": 1}, done=done)
+    def update(wid: str, done: bool = False) -> Snapshot:
+        return Snapshot(WorkflowHints(wid), {"a": 1.0}, done)
 
     d.put("http://x", (), update("w0"), probe, announced=True)  # taken by the thread, held by the gate
     time.sleep(0.1)
