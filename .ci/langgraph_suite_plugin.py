@@ -70,7 +70,7 @@ def pytest_warning_recorded(warning_message, when, nodeid, location) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from kvflow_orch.langgraph._delivery import delivery
+    from kvflow_orch.langgraph import delivery
 
     delivery().flush(5.0)
     deadline = time.monotonic() + delivery().idle_s + 5

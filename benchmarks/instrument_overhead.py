@@ -26,8 +26,7 @@ from typing import TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from kvflow_orch.langgraph import instrument
-from kvflow_orch.langgraph._delivery import delivery
+from kvflow_orch.langgraph import delivery, instrument
 
 TARGET_MS = 0.2
 

@@ -106,12 +106,14 @@ def _code_mentions(code: Any, name: str) -> bool:
 
 def _body_steps(spec: Any) -> int:
     from langchain_core.runnables import RunnableSequence
-    from langgraph._internal._runnable import RunnableSeq
 
     if spec is None:  # START: its sequence is only the writes
         return 0
     runnable = spec.runnable
-    return len(runnable.steps) if isinstance(runnable, (RunnableSequence, RunnableSeq)) else 1
+    # LangGraph flattens a RunnableSequence, and its own internal RunnableSeq, into the node's steps.
+    if isinstance(runnable, RunnableSequence) or type(runnable).__name__ == "RunnableSeq":
+        return len(runnable.steps)
+    return 1
 
 
 def graph_routes(graph: Any) -> dict[str, Routes]:
