@@ -63,6 +63,8 @@ _ERROR_HANDLER = "__error_handler__"
 class _Run:
     root: UUID
     task: UUID | None
+    ns: str = ""
+    """LangGraph's ``langgraph_checkpoint_ns`` of the run: the path of graph nodes it runs in."""
 
 
 @dataclass
@@ -134,7 +136,7 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
                 branch = routes.branch_at(k) if routes is not None and k is not None else None
                 if branch is not None:
                     self._branch_runs[run_id] = branch
-            self._runs[run_id] = _Run(parent.root, parent.task)
+            self._runs[run_id] = _Run(parent.root, parent.task, md.get("langgraph_checkpoint_ns") or parent.ns)
 
     @_guarded
     def on_chain_end(self, outputs, *, run_id, **kw) -> None:
@@ -148,23 +150,24 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
 
     # Other runs only extend the tree, so LLM calls and nested chains inside them find their node.
     @_guarded
-    def _child(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+    def _child(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
         with self._lock:
             parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
             if parent is not None:
-                self._runs[run_id] = _Run(parent.root, parent.task)
+                ns = (metadata or {}).get("langgraph_checkpoint_ns") or parent.ns
+                self._runs[run_id] = _Run(parent.root, parent.task, ns)
 
-    def on_llm_start(self, serialized, prompts, *, run_id, parent_run_id=None, **kw) -> None:
-        self._child(run_id, parent_run_id)
+    def on_llm_start(self, serialized, prompts, *, run_id, parent_run_id=None, metadata=None, **kw) -> None:
+        self._child(run_id, parent_run_id, metadata)
 
-    def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, **kw) -> None:
-        self._child(run_id, parent_run_id)
+    def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, metadata=None, **kw) -> None:
+        self._child(run_id, parent_run_id, metadata)
 
-    def on_tool_start(self, serialized, input_str, *, run_id, parent_run_id=None, **kw) -> None:
-        self._child(run_id, parent_run_id)
+    def on_tool_start(self, serialized, input_str, *, run_id, parent_run_id=None, metadata=None, **kw) -> None:
+        self._child(run_id, parent_run_id, metadata)
 
-    def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, **kw) -> None:
-        self._child(run_id, parent_run_id)
+    def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, metadata=None, **kw) -> None:
+        self._child(run_id, parent_run_id, metadata)
 
     @_guarded
     def _forget(self, *args: Any, run_id: UUID, **kw: Any) -> None:
@@ -264,7 +267,8 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
             task.llm_calls += 1
             live = self._roots[run.root].workflow  # type: ignore[union-attr]
             agent = self.asg.agent_of(task.node) or task.node
-            return live.hint(agent)
+            inner = _inner_nodes(task.key, run.ns)  # type: ignore[union-attr]
+            return live.hint("/".join((agent, *inner)), agent) if inner else live.hint(agent)
 
     def knows(self, run_id: UUID | None) -> bool:
         with self._lock:
@@ -296,6 +300,14 @@ def _is_interrupt(error: BaseException) -> bool:
     from langgraph.errors import GraphInterrupt
 
     return isinstance(error, GraphInterrupt)
+
+
+def _inner_nodes(task_ns: str, run_ns: str) -> tuple[str, ...]:
+    """The graph nodes between a node task (checkpoint namespace ``task_ns``) and a run inside it:
+    ``("search",)`` for a request made by node ``search`` of a subgraph run by the task."""
+    if not task_ns or not run_ns.startswith(task_ns + "|"):
+        return ()
+    return tuple(part.split(":")[0] for part in run_ns[len(task_ns) + 1 :].split("|") if part)
 
 
 def _parent_command(error: BaseException) -> Any:

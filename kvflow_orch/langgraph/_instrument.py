@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from langchain_core.runnables.config import var_child_runnable_config
+
 from ..errors import WorkflowError
 from ..protocol import check_name
 from ._backend import Backend
@@ -73,15 +75,25 @@ def _tracked_class(cls: type, handler: KVFlowCallbackHandler) -> type:
 
 
 def with_handler(config: Any, handler: KVFlowCallbackHandler) -> dict[str, Any]:
-    """``config`` with ``handler`` among its callbacks, once (time travel hands configs back)."""
+    """``config`` with ``handler`` among its callbacks, once (time travel hands configs back).
+
+    Without callbacks of its own a call inherits those of the run it is made in (LangGraph reads
+    them from the context): they are kept, so traces stay linked. A graph called inside a node of
+    another instrumented graph adds nothing: the outer graph tracks its runs, and the inner graph's
+    nodes become agents named by their path (``outer_node/inner_node``).
+    """
     config = dict(config or {})
     callbacks = config.get("callbacks")
     if callbacks is None:
+        callbacks = (var_child_runnable_config.get() or {}).get("callbacks")
+    handlers = callbacks if isinstance(callbacks, list) else getattr(callbacks, "handlers", [])
+    if any(isinstance(h, KVFlowCallbackHandler) for h in handlers):
+        return config
+    if callbacks is None:
         config["callbacks"] = [handler]
     elif isinstance(callbacks, list):
-        if handler not in callbacks:
-            config["callbacks"] = [*callbacks, handler]
-    elif handler not in callbacks.handlers:
+        config["callbacks"] = [*callbacks, handler]
+    else:
         callbacks = callbacks.copy()
         callbacks.add_handler(handler, inherit=True)
         config["callbacks"] = callbacks

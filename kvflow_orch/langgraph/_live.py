@@ -18,6 +18,7 @@ Not thread-safe: the callback handler serialises calls.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import Counter
 from typing import Iterable
@@ -29,6 +30,9 @@ from ..protocol import DEFAULT_NAMESPACE, KVFlowHint
 from ._delivery import Snapshot
 
 __all__ = ["LiveWorkflow", "TrackingWarning"]
+
+
+_MAX_INNER = 64  # subgraph agents per workflow; more fall back to their outer node's identity
 
 
 class TrackingWarning(RuntimeWarning):
@@ -48,6 +52,7 @@ class LiveWorkflow:
         self._sends: Counter[str] = Counter()
         self._warned = set() if warned is None else warned  # shared by the graph's workflows
         self.announced = False
+        self._inner: dict[str, str] = {}  # subgraph agent (path) -> the agent of its outer node
         """Whether a hinted request told the server about this workflow."""
 
     # ----------------------------------------------------------------- transitions
@@ -93,14 +98,27 @@ class LiveWorkflow:
             self.task_finished(node, key, goto, sends)
 
     # ----------------------------------------------------------------- messages
-    def hint(self, agent: str) -> KVFlowHint:
-        """The hint of an LLM call by ``agent`` now (fixed prefix: the leading system message)."""
+    def hint(self, agent: str, within: str | None = None) -> KVFlowHint:
+        """The hint of an LLM call by ``agent`` now (fixed prefix: the leading system message).
+
+        ``within``: the agent of the node ``agent`` runs inside (``agent`` is then a node of a
+        subgraph, named by its path): it has that agent's steps, in this hint and in every update.
+        """
         self.announced = True
-        return self.hints.hint(self.tracker, agent, fixed_prefix=1)
+        if within is not None and agent not in self._inner and len(self._inner) < _MAX_INNER:
+            self._inner[agent] = within
+        return self.hints.hint(self, agent if within is None or agent in self._inner else within, fixed_prefix=1)
+
+    def agent_steps(self) -> dict[str, float]:
+        """The tracker's steps per agent, plus those of the subgraph agents seen so far."""
+        steps = self.tracker.agent_steps()
+        for agent, within in self._inner.items():
+            steps[agent] = steps.get(within, math.inf)
+        return steps
 
     def update(self, *, done: bool = False) -> Snapshot:
         """The steps to post now (built into a StepsUpdate when sent); done still carries them."""
-        return Snapshot(self.hints, self.tracker.agent_steps(), done)
+        return Snapshot(self.hints, self.agent_steps(), done)
 
     # ----------------------------------------------------------------- helpers
     def _apply(self, what: str, op, *args) -> bool:
