@@ -214,3 +214,25 @@ def test_delivery_queue_is_bounded_coalesced_and_drops_unannounced_workflows():
     assert d.flush(5)
     time.sleep(0.5)
     assert not d.running
+
+
+def test_a_graph_called_in_a_node_keeps_the_runs_callbacks(server):
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class Runs(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.starts: list[str] = []
+
+        def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, **kw) -> None:
+            self.starts.append(kw.get("name"))
+
+    inner_g = StateGraph(S)
+    inner_g.add_node("inner_node", lambda s: {"x": 1})
+    inner_g.add_edge(START, "inner_node")
+    inner = instrument(inner_g.compile(), backend_url=server.url)
+    outer_g = StateGraph(S)
+    outer_g.add_node("call", lambda s: inner.invoke({}))
+    outer_g.add_edge(START, "call")
+    runs = Runs()
+    outer_g.compile().invoke({}, {"callbacks": [runs]})
+    assert "inner_node" in runs.starts  # the inner graph's runs still reach the caller's tracer
