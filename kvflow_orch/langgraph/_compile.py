@@ -6,11 +6,17 @@ DSL, so a LangGraph graph and the same graph written in the DSL have identical s
 
 * ``builder.edges`` -> plain edges; ``builder.waiting_edges`` -> AND edges;
 * ``builder.branches[src][name].ends`` -> a conditional edge with that path_map;
-* a node's ``ends`` (``-> Command[Literal[...]]`` or ``destinations=``) -> a conditional edge from
-  the node whose targets are those destinations;
+* a node's ``ends`` (``-> Command[Literal[...]]``, ``destinations=`` as a tuple of targets or a
+  dict of target -> edge label) -> a conditional edge from the node to those targets;
 * a conditional edge whose targets are unknown (``ends is None``, or a node that returns an
-  unannotated ``Command``) may lead anywhere: every node and END become targets, with a warning
-  that names the edge and says how to declare it.
+  unannotated ``Command``) may lead anywhere: every node and END become targets;
+* when nodes are still unreachable, what reaches them is invisible to the builder (a subgraph
+  node's ``Command(graph=Command.PARENT)``, an error handler's ``Command(goto=...)``): subgraph
+  nodes and nodes with an error handler may then lead anywhere, and a node nothing can reach is
+  left out of the step graph (its requests carry no hint).
+
+A graph LangGraph compiles is never refused for its shape; what had to be assumed is said in one
+:class:`UndeclaredTargetsWarning` per graph.
 
 LangGraph nodes carry no system prompt, so every node becomes an LLM-capable
 :class:`~kvflow_orch.nodes.CustomAgentNode` with ``system=""`` and the agent identity from
