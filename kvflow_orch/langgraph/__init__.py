@@ -12,6 +12,7 @@ from __future__ import annotations
 from ._backend import PlainServerWarning
 from ._callbacks import KVFlowCallbackHandler
 from ._compile import UndeclaredTargetsWarning, compile_langgraph
+from ._delivery import Delivery, delivery
 from ._instrument import handler_of, instrument
 from ._live import TrackingWarning
 from ._transport import AsyncKVFlowTransport, KVFlowTransport, async_http_client, http_client
@@ -28,4 +29,6 @@ __all__ = [
     "UndeclaredTargetsWarning",
     "PlainServerWarning",
     "TrackingWarning",
+    "Delivery",
+    "delivery",
 ]

@@ -3,18 +3,16 @@
 ``GET /kvflow/v1/info`` is probed once per origin. An origin without it is a plain
 OpenAI-compatible server: requests to it carry no hints and one warning says so. The probe and the
 updates send ``Authorization: Bearer $KVFLOW_API_KEY`` when that variable is set, as the runtime's
-HTTP client does (a server started with ``--api-key`` refuses them otherwise).
+HTTP client does (a server started with ``--api-key`` refuses them otherwise). ``backend_url`` may
+be the server's root or its OpenAI base URL (``.../v1``, as given to ``ChatOpenAI``).
 
 Out-of-band updates (``POST /kvflow/v1/steps``) are queued from LangGraph callbacks, which may run
-on any thread, and delivered by the runtime's coalescing :class:`~kvflow_orch.clients.outbox.Outbox`
-on a private event loop thread: the graph never waits for them.
+on any thread, and delivered by the process-wide :mod:`._delivery` thread: the graph never waits
+for them, and nothing of the caller's context travels with them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import concurrent.futures
 import os
 import threading
 import warnings
@@ -23,8 +21,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..clients.outbox import Outbox
-from ..protocol import INFO_ROUTE, STEPS_ROUTE, StepsUpdate
+from ..protocol import INFO_ROUTE
+from ._delivery import Snapshot, delivery, tls_context
 
 __all__ = ["Backend", "origin_of", "PlainServerWarning"]
 
@@ -50,17 +48,11 @@ class Backend:
     def __init__(self, url: str | None) -> None:
         if url is not None and not str(url).startswith(("http://", "https://")):
             raise ValueError(f"backend_url must start with http:// or https://, got {url!r}")
-        self.url = origin_of(url) + urlsplit(url).path.rstrip("/") if url else None
+        self.url = _server_root(url) if url else None
         key = os.environ.get("KVFLOW_API_KEY")
         self._headers = {"Authorization": f"Bearer {key}"} if key else None
         self._lock = threading.Lock()
         self._kvflow: dict[str, bool] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._outbox: Outbox | None = None
-        self._http: httpx.AsyncClient | None = None
-        self._in_line: asyncio.Lock | None = None
-        self._enqueuing: set[concurrent.futures.Future] = set()
 
     # ------------------------------------------------------------------ probing
     def probed(self, request_url: str | None = None) -> bool | None:
@@ -98,92 +90,38 @@ class Backend:
         return known
 
     # ------------------------------------------------------------------ updates
-    def send(self, update: StepsUpdate) -> None:
-        """Queue ``update`` (coalesced per workflow); never blocks, never raises.
+    def send(self, update: Snapshot, *, announced: bool = True) -> None:
+        """Queue the steps ``update`` (coalesced per workflow); never blocks, never raises.
 
-        Updates go out in the order they were sent: a first probe of the server runs on the
-        delivery thread, and updates wait for it in line.
+        ``announced``: the workflow already made a hinted request (a workflow that ends before the
+        server heard of it sends nothing). A first probe of the server runs on the delivery thread.
         """
         if self.url is None or self.probed() is False:
             return
-        loop = self._ensure_loop()
-        future = asyncio.run_coroutine_threadsafe(self._enqueue(update), loop)
-        with self._lock:
-            self._enqueuing = {f for f in self._enqueuing if not f.done()} | {future}
-
-    async def _enqueue(self, update: StepsUpdate) -> None:
-        async with self._in_line:  # FIFO: keeps updates in order while the probe runs
-            if self.probed() is None:
-                await asyncio.to_thread(self.supports_hints)
-            if self.probed():
-                self._outbox.put(update)  # type: ignore[union-attr]
-
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                ready = threading.Event()
-
-                def run() -> None:
-                    asyncio.set_event_loop(loop)
-                    self._http = httpx.AsyncClient(
-                        base_url=self.url or "", timeout=_PROBE_TIMEOUT_S, headers=self._headers
-                    )
-                    self._outbox = Outbox(self._post, self.url or "")
-                    self._in_line = asyncio.Lock()
-                    ready.set()
-                    loop.run_forever()
-
-                self._thread = threading.Thread(target=run, name="kvflow-langgraph-steps", daemon=True)
-                self._thread.start()
-                # The last update of a run (done=true) is queued as the app returns: deliver it
-                # even when the program exits right after.
-                atexit.register(self.close)
-                ready.wait()
-                self._loop = loop
-            return self._loop
-
-    async def _post(self, update: StepsUpdate) -> None:
-        assert self._http is not None
-        response = await self._http.post(STEPS_ROUTE, json=update.model_dump(mode="json"))
-        response.raise_for_status()
-
-    def _wait_enqueued(self, timeout: float) -> None:
-        with self._lock:
-            enqueuing = list(self._enqueuing)
-        concurrent.futures.wait(enqueuing, timeout)
+        headers = tuple(self._headers.items()) if self._headers else ()
+        delivery().put(self.url, headers, update, self.supports_hints, announced=announced)
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait (at most ``timeout`` s) until every queued update has been attempted."""
-        loop = self._loop
-        self._wait_enqueued(timeout)
-        if loop is not None and self._outbox is not None:
-            asyncio.run_coroutine_threadsafe(self._outbox.flush(timeout), loop).result(timeout + 1)
+        delivery().flush(timeout)
 
     def close(self) -> None:
-        """Flush, then stop the delivery thread (a later update starts it again)."""
-        with self._lock:
-            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
-        if loop is None:
-            return
-        atexit.unregister(self.close)
-        self._wait_enqueued(5.0)
+        """Flush the queued updates (the shared delivery thread stops by itself when idle)."""
+        self.flush()
 
-        async def shutdown() -> None:
-            await self._outbox.close(5.0)  # type: ignore[union-attr]
-            await self._http.aclose()  # type: ignore[union-attr]
 
-        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join(5)
-        loop.close()
+def _server_root(url: str) -> str:
+    """``url`` without a trailing ``/`` or OpenAI ``/v1`` (the kvflow routes live at the root)."""
+    path = urlsplit(url).path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return origin_of(url) + path
 
 
 def _probe(origin: str, headers: dict[str, str] | None) -> tuple[bool, int | None]:
     """(whether ``origin`` is a kvflow server, the probe's HTTP status or None when unreachable)."""
     try:
-        response = httpx.get(origin + INFO_ROUTE, timeout=_PROBE_TIMEOUT_S, headers=headers)
+        response = httpx.get(origin + INFO_ROUTE, timeout=_PROBE_TIMEOUT_S, headers=headers, verify=tls_context())
         data: Any = response.json() if response.status_code == 200 else None
     except httpx.HTTPError:
         return False, None

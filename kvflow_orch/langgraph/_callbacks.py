@@ -1,6 +1,7 @@
 """The callback handler that follows an instrumented LangGraph app, one workflow per run.
 
-LangGraph reports every run to the callbacks attached with ``with_config(callbacks=...)``:
+LangGraph reports every run to the callbacks of the call (``instrument`` adds this handler to each
+call's callbacks). No handler method raises: a failure costs hints and one TrackingWarning.
 
 * the **root** run is the graph itself (a chain run named like the graph whose parent we never
   saw); its workflow id is ``metadata["kvflow_workflow_id"]``, else the thread id, else the root
@@ -8,9 +9,10 @@ LangGraph reports every run to the callbacks attached with ``with_config(callbac
   sharing a workflow id share one :class:`LiveWorkflow`;
 * a **node task** is a direct child of the root whose ``langgraph_node`` metadata equals its name
   and that carries the tag ``graph:step:N``;
-* a **branch** run is a direct child of a node task tagged ``seq:step:K`` with K >= 2 (the node's
-  body is step 1); the i-th one is the node's i-th conditional edge, and its output is the
-  router's choice. A node's own ``Command`` output carries its ``goto``.
+* a **branch** run is a direct child of a node task tagged ``seq:step:K`` with K past the node's
+  body steps and its write step (:meth:`Routes.branch_at`); its output is the router's choice. A
+  node's own ``Command`` output carries its ``goto``; a ``Command.PARENT`` raised out of a subgraph
+  node ends that node's task with the command's ``goto``.
 
 Decisions are complete when the node task ends, so that is when the tracker hears ``finish``.
 Every run id is mapped to its root and node task, so an LLM request made anywhere inside a node
@@ -21,11 +23,11 @@ forgets it. Each root's end sends ``done=true`` to the backend.
 
 from __future__ import annotations
 
+import functools
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Hashable, Mapping, TypeVar
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -34,11 +36,26 @@ from ..constants import START
 from ..protocol import DEFAULT_NAMESPACE, KVFlowHint, check_name
 from ._backend import Backend
 from ._compile import Routes
-from ._live import LiveWorkflow, TrackingWarning
+from ._live import LiveWorkflow, warn_once
 
 __all__ = ["KVFlowCallbackHandler"]
 
 _MAX_PAUSED = 1024
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """Tracking never raises into LangChain's callbacks: a failure costs hints, with one warning."""
+
+    @functools.wraps(method)
+    def guarded(self: "KVFlowCallbackHandler", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            warn_once(self._warned, "internal", f"kvflow tracking failed ({type(exc).__name__}: {exc}); steps may be stale")
+            return None
+
+    return guarded  # type: ignore[return-value]
 _ERROR_HANDLER = "__error_handler__"
 
 
@@ -46,13 +63,15 @@ _ERROR_HANDLER = "__error_handler__"
 class _Run:
     root: UUID
     task: UUID | None
+    ns: str = ""
+    """LangGraph's ``langgraph_checkpoint_ns`` of the run: the path of graph nodes it runs in."""
 
 
 @dataclass
 class _Task:
     node: str
     key: str
-    branch_outputs: list[tuple[int, Any]] = field(default_factory=list)
+    branch_outputs: list[tuple[str, Any]] = field(default_factory=list)
     llm_calls: int = 0
     recovers: bool = False
     """An error handler's task: its end completes the failed task of ``node``."""
@@ -93,8 +112,10 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
         self._roots: dict[UUID, _Root] = {}
         self._workflows: dict[str, tuple[LiveWorkflow, int]] = {}
         self._paused: OrderedDict[str, LiveWorkflow] = OrderedDict()
+        self._warned: set[str] = set()  # warning kinds already shown for this graph
 
     # ----------------------------------------------------------------- run tree
+    @_guarded
     def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None, metadata=None, **kw) -> None:
         md, name, tags = metadata or {}, kw.get("name"), tags or ()
         with self._lock:
@@ -109,38 +130,48 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
                     self._begin_task(run_id, parent.root, node, md)
                     return
             elif parent_run_id == parent.task:
+                # A router runs as a later step of its node's sequence (a node that is itself a
+                # chain of runnables has numbered steps of its own first).
+                task = self._tasks.get(parent.task)  # type: ignore[arg-type]
+                routes = self.routes.get(task.node) if task is not None else None
                 k = _seq_step(tags)
-                if k is not None and k >= 2:
-                    self._branch_runs[run_id] = k
-            self._runs[run_id] = _Run(parent.root, parent.task)
+                branch = routes.branch_at(k) if routes is not None and k is not None else None
+                if branch is not None:
+                    self._branch_runs[run_id] = branch
+            self._runs[run_id] = _Run(parent.root, parent.task, md.get("langgraph_checkpoint_ns") or parent.ns)
 
+    @_guarded
     def on_chain_end(self, outputs, *, run_id, **kw) -> None:
         with self._lock:
             self._end(run_id, outputs, None)
 
+    @_guarded
     def on_chain_error(self, error, *, run_id, **kw) -> None:
         with self._lock:
             self._end(run_id, None, error)
 
     # Other runs only extend the tree, so LLM calls and nested chains inside them find their node.
-    def _child(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+    @_guarded
+    def _child(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
         with self._lock:
             parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
             if parent is not None:
-                self._runs[run_id] = _Run(parent.root, parent.task)
+                ns = (metadata or {}).get("langgraph_checkpoint_ns") or parent.ns
+                self._runs[run_id] = _Run(parent.root, parent.task, ns)
 
-    def on_llm_start(self, serialized, prompts, *, run_id, parent_run_id=None, **kw) -> None:
-        self._child(run_id, parent_run_id)
+    def on_llm_start(self, serialized, prompts, *, run_id, parent_run_id=None, metadata=None, **kw) -> None:
+        self._child(run_id, parent_run_id, metadata)
 
-    def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, **kw) -> None:
-        self._child(run_id, parent_run_id)
+    def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, metadata=None, **kw) -> None:
+        self._child(run_id, parent_run_id, metadata)
 
-    def on_tool_start(self, serialized, input_str, *, run_id, parent_run_id=None, **kw) -> None:
-        self._child(run_id, parent_run_id)
+    def on_tool_start(self, serialized, input_str, *, run_id, parent_run_id=None, metadata=None, **kw) -> None:
+        self._child(run_id, parent_run_id, metadata)
 
-    def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, **kw) -> None:
-        self._child(run_id, parent_run_id)
+    def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, metadata=None, **kw) -> None:
+        self._child(run_id, parent_run_id, metadata)
 
+    @_guarded
     def _forget(self, *args: Any, run_id: UUID, **kw: Any) -> None:
         with self._lock:
             self._runs.pop(run_id, None)
@@ -154,11 +185,12 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
         try:
             check_name(wid, "workflow id")
         except ValueError as exc:  # every hint would fail, and with it the app's LLM request
-            warnings.warn(f"{exc}; this run uses its root run id {run_id} instead", TrackingWarning, stacklevel=2)
+            warn_once(self._warned, "workflow-id", f"{exc}; this run uses its root run id {run_id} instead")
             wid = str(run_id)
         live, count = self._workflows.get(wid, (None, 0))
         if live is None:
-            live = self._paused.pop(wid, None) or LiveWorkflow(self.asg, wid, self.namespace, self.branch_stats)
+            live = self._paused.pop(wid, None) or LiveWorkflow(self.asg, wid, self.namespace, self._warned,
+                                                               branch_stats=self.branch_stats)
         self._workflows[wid] = (live, count + 1)
         self._runs[run_id] = _Run(run_id, None)
         self._roots[run_id] = _Root(live)
@@ -182,11 +214,11 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
         run = self._runs.pop(run_id, None)
         if run is None:
             return
-        k = self._branch_runs.pop(run_id, None)
-        if k is not None and error is None:
+        branch = self._branch_runs.pop(run_id, None)
+        if branch is not None and error is None:
             task = self._tasks.get(run.task)  # type: ignore[arg-type]
             if task is not None:
-                task.branch_outputs.append((k, outputs))
+                task.branch_outputs.append((branch, outputs))
         elif run_id in self._tasks:
             self._end_task(run.root, self._tasks.pop(run_id), outputs, error)
         elif run_id in self._roots:
@@ -195,9 +227,12 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
     def _end_task(self, root: UUID, task: _Task, outputs: Any, error: BaseException | None) -> None:
         live = self._roots[root].workflow
         if error is not None:
-            if _is_interrupt(error):
-                self._roots[root].interrupted = True
-            return  # still running for the tracker: a retry or a resume re-runs this task
+            handoff = _parent_command(error)
+            if handoff is None:
+                if _is_interrupt(error):
+                    self._roots[root].interrupted = True
+                return  # still running for the tracker: a retry or a resume re-runs this task
+            outputs = handoff  # a subgraph handed off to this graph's nodes: the task is done
         goto, sends = _decisions(self.routes.get(task.node), task.branch_outputs, outputs)
         if self.branch_stats is not None and task.node in self.routes:  # conditional edges, Command, Send
             self.branch_stats.observe(self.asg.name, task.node, list(dict.fromkeys(goto)))
@@ -226,6 +261,7 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
         self._post(live, done=True)
 
     # ----------------------------------------------------------------- hints and updates
+    @_guarded
     def hint_for(self, run_id: UUID | None) -> KVFlowHint | None:
         """The hint for an LLM request made under ``run_id``; None outside a node of this graph."""
         with self._lock:
@@ -236,14 +272,17 @@ class KVFlowCallbackHandler(BaseCallbackHandler):
             task.llm_calls += 1
             live = self._roots[run.root].workflow  # type: ignore[union-attr]
             agent = self.asg.agent_of(task.node) or task.node
-            return live.hint(agent)
+            inner = _inner_nodes(task.key, run.ns)  # type: ignore[union-attr]
+            return live.hint("/".join((agent, *inner)), agent) if inner else live.hint(agent)
 
     def knows(self, run_id: UUID | None) -> bool:
         with self._lock:
             return run_id in self._runs
 
     def _post(self, live: LiveWorkflow, *, done: bool = False) -> None:
-        self.backend.send(live.update(done=done))
+        if self.backend.url is None or self.backend.probed() is False:
+            return  # nowhere to send it: skip building the update
+        self.backend.send(live.update(done=done), announced=live.announced)
 
     @property
     def open_runs(self) -> int:
@@ -268,7 +307,27 @@ def _is_interrupt(error: BaseException) -> bool:
     return isinstance(error, GraphInterrupt)
 
 
-def _decisions(routes: Routes | None, branch_outputs: list[tuple[int, Any]], outputs: Any) -> tuple[list[str], list[str]]:
+def _inner_nodes(task_ns: str, run_ns: str) -> tuple[str, ...]:
+    """The graph nodes between a node task (checkpoint namespace ``task_ns``) and a run inside it:
+    ``("search",)`` for a request made by node ``search`` of a subgraph run by the task."""
+    if not task_ns or not run_ns.startswith(task_ns + "|"):
+        return ()
+    return tuple(part.split(":")[0] for part in run_ns[len(task_ns) + 1 :].split("|") if part)
+
+
+def _parent_command(error: BaseException) -> Any:
+    """What a ``Command(graph=Command.PARENT)`` means for the task it ended, else None."""
+    from langgraph.errors import ParentCommand
+    from langgraph.types import Command
+
+    if not (isinstance(error, ParentCommand) and error.args and isinstance(error.args[0], Command)):
+        return None
+    command = error.args[0]
+    # Raised by a node of this graph (graph=PARENT): it ends here and routes in the parent.
+    return Command() if command.graph == Command.PARENT else Command(goto=command.goto)
+
+
+def _decisions(routes: Routes | None, branch_outputs: list[tuple[str, Any]], outputs: Any) -> tuple[list[str], list[str]]:
     """(targets chosen, Send targets) of a finished node task."""
     from langgraph.types import Command, Send
 
@@ -280,12 +339,15 @@ def _decisions(routes: Routes | None, branch_outputs: list[tuple[int, Any]], out
             if isinstance(item, Send):
                 goto.append(item.node)
                 sends.append(item.node)
-            elif isinstance(item, str) or (ends is not None and item in ends):
-                goto.append(ends.get(item, item) if ends is not None else item)
+            elif isinstance(item, Hashable) and ends is not None and item in ends:
+                goto.append(ends[item])
+            elif isinstance(item, str):
+                goto.append(item)
 
     if routes is not None:
-        for (_, ends), (_, choice) in zip(routes.branches, sorted(branch_outputs, key=lambda p: p[0])):
-            take(choice, ends)
+        ends_of = dict(routes.branches)
+        for name, choice in branch_outputs:
+            take(choice, ends_of.get(name))
     for command in outputs if isinstance(outputs, (list, tuple)) else (outputs,):
         if isinstance(command, Command) and command.graph is None and command.goto:
             take(command.goto, None)

@@ -18,6 +18,7 @@ Not thread-safe: the callback handler serialises calls.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import Counter
 from typing import Iterable
@@ -25,9 +26,13 @@ from typing import Iterable
 from ..constants import START
 from ..errors import WorkflowError
 from ..hinting import WorkflowHints
-from ..protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate
+from ..protocol import DEFAULT_NAMESPACE, KVFlowHint
+from ._delivery import Snapshot
 
 __all__ = ["LiveWorkflow", "TrackingWarning"]
+
+
+_MAX_INNER = 64  # subgraph agents per workflow; more fall back to their outer node's identity
 
 
 class TrackingWarning(RuntimeWarning):
@@ -35,7 +40,10 @@ class TrackingWarning(RuntimeWarning):
 
 
 class LiveWorkflow:
-    def __init__(self, asg, workflow_id: str, namespace: str = DEFAULT_NAMESPACE, branch_stats=None) -> None:
+    def __init__(
+        self, asg, workflow_id: str, namespace: str = DEFAULT_NAMESPACE, warned: set[str] | None = None,
+        branch_stats=None,
+    ) -> None:
         self.asg = asg
         self.workflow_id = workflow_id
         self.tracker = asg.tracker(branch_stats)
@@ -43,7 +51,10 @@ class LiveWorkflow:
         self._live: dict[str, str] = {}  # task key -> node
         self._reserved: Counter[str] = Counter()
         self._sends: Counter[str] = Counter()
-        self._warned: set[str] = set()
+        self._warned = set() if warned is None else warned  # shared by the graph's workflows
+        self.announced = False
+        self._inner: dict[str, str] = {}  # subgraph agent (path) -> the agent of its outer node
+        """Whether a hinted request told the server about this workflow."""
 
     # ----------------------------------------------------------------- transitions
     def task_started(self, node: str, key: str, *, pushed: bool) -> None:
@@ -88,13 +99,27 @@ class LiveWorkflow:
             self.task_finished(node, key, goto, sends)
 
     # ----------------------------------------------------------------- messages
-    def hint(self, agent: str) -> KVFlowHint:
-        """The hint of an LLM call by ``agent`` now (fixed prefix: the leading system message)."""
-        return self.hints.hint(self.tracker, agent, fixed_prefix=1)
+    def hint(self, agent: str, within: str | None = None) -> KVFlowHint:
+        """The hint of an LLM call by ``agent`` now (fixed prefix: the leading system message).
 
-    def update(self, *, done: bool = False) -> StepsUpdate:
-        """The steps update to post now; a done update still carries the last steps."""
-        return self.hints.update(self.tracker, done=done)
+        ``within``: the agent of the node ``agent`` runs inside (``agent`` is then a node of a
+        subgraph, named by its path): it has that agent's steps, in this hint and in every update.
+        """
+        self.announced = True
+        if within is not None and agent not in self._inner and len(self._inner) < _MAX_INNER:
+            self._inner[agent] = within
+        return self.hints.hint(self, agent if within is None or agent in self._inner else within, fixed_prefix=1)
+
+    def agent_steps(self) -> dict[str, float]:
+        """The tracker's steps per agent, plus those of the subgraph agents seen so far."""
+        steps = self.tracker.agent_steps()
+        for agent, within in self._inner.items():
+            steps[agent] = steps.get(within, math.inf)
+        return steps
+
+    def update(self, *, done: bool = False) -> Snapshot:
+        """The steps to post now (built into a StepsUpdate when sent); done still carries them."""
+        return Snapshot(self.hints, self.agent_steps(), done)
 
     # ----------------------------------------------------------------- helpers
     def _apply(self, what: str, op, *args) -> bool:
@@ -106,6 +131,11 @@ class LiveWorkflow:
             return False
 
     def _warn(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            warnings.warn(message, TrackingWarning, stacklevel=4)
+        warn_once(self._warned, key.split(":")[0], message)
+
+
+def warn_once(warned: set[str], kind: str, message: str) -> None:
+    """One :class:`TrackingWarning` per ``kind`` and graph (``warned``); standard filters apply."""
+    if kind not in warned:
+        warned.add(kind)
+        warnings.warn(message, TrackingWarning, stacklevel=3)

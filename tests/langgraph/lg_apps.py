@@ -42,7 +42,7 @@ def software_company(url: str, *, use_async: bool = False, **llm_kwargs):
         return [SystemMessage(f"You are the {role}. " * 20), HumanMessage(f"work on {state['run']}")]
 
     def barrier(run: str):
-        with lock:  # fe and be of one run both run when either calls: the steps are deterministic
+        with lock:  # fe and be of one run both run while either calls: the steps are deterministic
             return barriers.setdefault(run, asyncio.Barrier(2) if use_async else threading.Barrier(2, timeout=10))
 
     def agent(role: str, meet: bool = False):
@@ -52,6 +52,8 @@ def software_company(url: str, *, use_async: bool = False, **llm_kwargs):
                 if meet:
                     await asyncio.wait_for(barrier(state["run"]).wait(), 10)
                 await llm.ainvoke(messages(role, state))
+                if meet:  # neither finishes before both requests went out
+                    await asyncio.wait_for(barrier(state["run"]).wait(), 10)
                 return {"rounds": state.get("rounds", 0) + 1} if role == "qa" else {}
         else:
 
@@ -59,6 +61,8 @@ def software_company(url: str, *, use_async: bool = False, **llm_kwargs):
                 if meet:
                     barrier(state["run"]).wait()
                 llm.invoke(messages(role, state))
+                if meet:  # neither finishes before both requests went out
+                    barrier(state["run"]).wait()
                 return {"rounds": state.get("rounds", 0) + 1} if role == "qa" else {}
 
         return node

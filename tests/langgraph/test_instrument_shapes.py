@@ -202,28 +202,38 @@ def test_error_handler_completes_the_failed_node(server, strict_tracking):
     handler_of(app).backend.close()
 
 
-def test_calls_inside_a_subgraph_belong_to_the_outer_agent(server, strict_tracking):
+@pytest.mark.parametrize("inner", ["plain", "instrumented"])
+def test_calls_inside_a_subgraph_are_agents_named_by_their_path(server, strict_tracking, inner):
     llm = llm_for(server.url)
 
     def inner_step(state: State) -> dict:
         ask(llm, "inner")
         return {}
 
-    sub = chain(inner_step=inner_step)
+    sub = chain(inner_step=inner_step).compile()
+    if inner == "instrumented":  # defers to the outer graph: one identity, one workflow
+        sub = instrument(sub, namespace="inner", backend_url=server.url)
 
     def final(state: State) -> dict:
         ask(llm, "final")
         return {}
 
-    g = chain(research=sub.compile(), final=final)
+    g = chain(research=sub, final=final)
     app = instrument(g.compile(), agents={"research": "researcher"}, backend_url=server.url)
     app.invoke({"topic": "t"}, {"metadata": {"kvflow_workflow_id": "sub"}})
     assert hints_of(server, "sub") == [
-        ("researcher", {"researcher": 0, "final": 1}),
-        ("final", {"researcher": INF, "final": 0}),
+        ("researcher/inner_step", {"researcher": 0, "final": 1, "researcher/inner_step": 0}),
+        ("final", {"researcher": INF, "final": 0, "researcher/inner_step": INF}),
     ]
+    handler_of(app).backend.flush()
+    assert updates_of(server, "sub")[-1] == {
+        "workflow_id": "sub",
+        "namespace": "default",
+        "steps": {"researcher": INF, "final": INF, "researcher/inner_step": INF},
+        "done": True,
+    }
+    assert {u["namespace"] for u in server.steps_updates()} == {"default"}
     assert handler_of(app).open_runs == 0
-    handler_of(app).backend.close()
 
 
 def test_first_update_probes_the_server_off_the_graph_thread(server, strict_tracking):
