@@ -130,13 +130,18 @@ class HttpClient(LLMClient):
     # ------------------------------------------------------------------ calls
     async def chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None) -> LLMReply:
         await self._probe()
-        body: dict[str, Any] = {"model": self._model, "messages": list(messages), **sampling.as_request()}
-        if hint is not None and self._kvflow:
-            body = attach_hint(body, hint)
-        response = await self._request("POST", "/v1/chat/completions", json=body)
+        response = await self._post_chat(messages, sampling, hint)
         if response.status_code != 200:
             raise BackendError(self.name, f"chat completion failed with HTTP {response.status_code}: {_error_text(response)}")
         return _parse_completion(response, self.name)
+
+    async def _post_chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None,
+                         headers: dict[str, str] | None = None) -> httpx.Response:
+        """POST the chat body (with the hint when the server takes hints); retried as :meth:`_request`."""
+        body: dict[str, Any] = {"model": self._model, "messages": list(messages), **sampling.as_request()}
+        if hint is not None and self._kvflow:
+            body = attach_hint(body, hint)
+        return await self._request("POST", "/v1/chat/completions", json=body, headers=headers)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         delay = self.config.backoff_s
