@@ -4,9 +4,10 @@ Chat requests go to the gateway with the hint in the body, as to one server, plu
 header (``x-smg-routing-key``; smg's ``manual`` policy routes sticky by it) whose value groups the
 calls that should share a worker:
 
-* ``routing="workflow"``: ``<namespace>/<workflow_id>``: a workflow stays on one worker;
-* ``routing="agent"``: ``<namespace>/<agent>``: an agent's fixed prompt stays on one worker, so each
-  worker keeps only its share of all fixed prompts resident;
+* ``routing="agent"`` (default): ``<namespace>/<agent>``: an agent's fixed prompt stays on one
+  worker, so each worker keeps only its share of all fixed prompts resident;
+* ``routing="workflow"``: ``<namespace>/<workflow_id>``: a workflow stays on one worker (its agents'
+  prompts then live on every worker, but one hot agent's calls spread over all of them);
 * ``routing="none"``: no header (the gateway's own policy decides).
 
 Steps updates cannot pass the gateway (it answers 404 for ``/kvflow/v1/*``): they go straight to
@@ -44,7 +45,9 @@ class GatewayConfig(HttpConfig):
     retries: int = 6
     """More than one server's default: the gateway needs a few seconds to notice a lost worker."""
     backoff_s: float = 0.25
-    routing: Routing = "workflow"
+    routing: Routing = "agent"
+    """How calls are grouped on workers (see the module docstring); ``agent`` kept the most fixed
+    prompts resident in ``benchmarks/scaleout.py``, ``workflow`` spreads a hot agent's load."""
     steps_to: StepsTarget = "served"
     """``served``: steps to the workers that served the workflow; ``all``: to every worker."""
     hints: bool = True

@@ -41,6 +41,7 @@ class StepsRouter:
         self._outboxes: dict[str, Outbox] = {}
         self._served: dict[tuple[str, str], set[str]] = {}
         self._latest: dict[tuple[str, str], StepsUpdate] = {}
+        self._down: set[str] = set()  # refused a connection; skipped until it serves a call again
         self._http_client: httpx.AsyncClient | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
         for url in workers:
@@ -49,6 +50,11 @@ class StepsRouter:
     @property
     def workers(self) -> tuple[str, ...]:
         return tuple(self._outboxes)
+
+    @property
+    def down(self) -> frozenset[str]:
+        """Workers that refused a connection and have not served a call since."""
+        return frozenset(self._down)
 
     def add_worker(self, url: str) -> str:
         """Register a worker (idempotent); returns its normalised URL."""
@@ -66,6 +72,7 @@ class StepsRouter:
     def served_by(self, namespace: str, workflow_id: str, worker: str) -> None:
         """Record that ``worker`` served a call of the workflow; a first contact gets its current steps."""
         url = self.add_worker(worker)
+        self._down.discard(url)
         key = (namespace, workflow_id)
         served = self._served.setdefault(key, set())
         if url in served:
@@ -86,10 +93,18 @@ class StepsRouter:
             self._latest[key] = update
             targets = self._outboxes if self.to == "all" else self._served.get(key, ())
         for url in targets:
-            self._outboxes[url].put(update)
+            if url not in self._down:
+                self._outboxes[url].put(update)
 
     async def _post(self, url: str, update: StepsUpdate) -> None:
-        response = await self._http.post(url + STEPS_ROUTE, json=update.model_dump(mode="json"))
+        if url in self._down:
+            return
+        try:
+            response = await self._http.post(url + STEPS_ROUTE, json=update.model_dump(mode="json"))
+        except httpx.ConnectError:
+            # A lost worker holds no table worth updating; the gateway has rerouted its workflows.
+            self._down.add(url)
+            raise
         if response.status_code >= 400:
             raise BackendError(url, f"steps update rejected with HTTP {response.status_code}: {response.text[:300]}")
 
