@@ -95,12 +95,13 @@ def worker_router(ctx: ServerContext) -> APIRouter:
 
     @router.api_route("/loads", methods=["GET", "HEAD"])
     @router.api_route("/v1/loads", methods=["GET", "HEAD"])
-    async def loads(model: str | None = None, dp_rank: int | None = None, include: str | None = None,
+    async def loads(model: str | None = None, dp_rank: str | None = None, include: str | None = None,
                     format: str | None = None) -> dict[str, Any]:
+        # Parameters arrive as strings and are checked here, so every refusal has the OpenAI shape.
         if model is not None and model not in ctx.model_names:
             raise APIError(404, f"model {model!r} is not served here; this worker serves {ctx.engine.model_name!r}",
                            code="model_not_found", param="model")
-        if dp_rank not in (None, 0):
+        if dp_rank not in (None, "0"):
             raise APIError(400, f"dp_rank {dp_rank} does not exist; this worker has one rank, 0",
                            code="invalid_value", param="dp_rank")
         if format not in (None, "json"):
