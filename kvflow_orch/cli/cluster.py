@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import httpx
 
@@ -90,9 +90,10 @@ def _healthy_workers(gateway: str) -> int:
 @contextlib.contextmanager
 def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_port: int | None = None,
                   gateway_policy: str = "manual", startup_timeout_s: float = 300.0,
-                  log: int | None = subprocess.DEVNULL) -> Iterator[Cluster]:
+                  log: Any = subprocess.DEVNULL) -> Iterator[Cluster]:
     """Start the workers and the gateway, wait until the gateway lists every worker healthy, yield,
-    then stop them all (SIGTERM, then SIGKILL after 10 s). ``log``: where the children's output goes."""
+    then stop them all (SIGTERM, then SIGKILL after 10 s). ``log``: where the children's output goes
+    (a file object or descriptor, as ``subprocess`` takes it)."""
     smg = find_smg()
     if smg is None:
         raise FileNotFoundError("smg is not installed: pip install 'kvflow[smg]' (SGLang's model gateway)")
@@ -159,7 +160,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         with start_cluster(args.workers, args.model, flags, gateway_port=args.gateway_port,
                            gateway_policy=args.gateway_policy, startup_timeout_s=args.startup_timeout,
-                           log=None) as cluster:
+                           log=sys.stderr) as cluster:  # stdout carries only the URLs
             for i, url in enumerate(cluster.workers):
                 print(f"worker {i}: {url}", flush=True)
             print(f"gateway: {cluster.gateway}", flush=True)
