@@ -31,7 +31,7 @@ import httpx
 from . import serve
 from .startup import port_number, positive_int
 
-__all__ = ["add_arguments", "main", "Cluster", "start_cluster", "find_smg", "GATEWAY_POLICIES"]
+__all__ = ["add_arguments", "main", "Cluster", "start_cluster", "find_smg", "free_port", "GATEWAY_POLICIES"]
 
 PASS_THROUGH_ARGS = True
 GATEWAY_POLICIES = ("manual", "round_robin", "cache_aware", "power_of_two", "random", "least_load")
@@ -64,7 +64,7 @@ def find_smg() -> str | None:
     return local if os.access(local, os.X_OK) else shutil.which("smg")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
@@ -102,7 +102,7 @@ def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_p
     try:
         urls = []
         for _ in range(workers):
-            port = _free_port()
+            port = free_port()
             cmd = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", model, "--host", HOST,
                    "--port", str(port), *serve_flags]
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
@@ -110,10 +110,10 @@ def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_p
         for i, (url, proc) in enumerate(zip(urls, procs)):
             _wait_until(lambda: httpx.get(url + "/health", timeout=2).status_code == 200, proc, f"worker {i} ({url})",
                         deadline)
-        port = gateway_port or _free_port()
+        port = gateway_port or free_port()
         gateway = f"http://{HOST}:{port}"
         cmd = [smg, "launch", "--host", HOST, "--port", str(port), "--worker-urls", *urls,
-               "--policy", gateway_policy, "--prometheus-host", HOST, "--prometheus-port", str(_free_port()),
+               "--policy", gateway_policy, "--prometheus-host", HOST, "--prometheus-port", str(free_port()),
                "--health-check-interval-secs", "1", "--health-failure-threshold", "1",
                "--retry-initial-backoff-ms", "100", "--retry-max-backoff-ms", "2000", "--log-level", "warn"]
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))

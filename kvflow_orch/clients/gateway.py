@@ -28,7 +28,7 @@ from typing import Any, Iterable, Literal
 
 from ..protocol import INFO_ROUTE, KVFlowHint, Sampling, StepsUpdate
 from .base import BackendError, LLMReply, Messages
-from .http import HttpClient, HttpConfig, _error_text, _json_object, _parse_completion
+from .http import HttpClient, HttpConfig, error_text, json_object, parse_completion
 from .steps_router import StepsRouter, StepsTarget
 
 __all__ = ["GatewayConfig", "GatewayClient", "ROUTING_HEADER", "WORKER_HEADER", "Routing"]
@@ -93,7 +93,7 @@ class GatewayClient(HttpClient):
     async def _discover(self) -> list[str]:
         """The gateway's HTTP workers, from smg's ``GET /workers``."""
         response = await self._request("GET", "/workers")
-        data = _json_object(response) if response.status_code == 200 else None
+        data = json_object(response) if response.status_code == 200 else None
         if data is None or not isinstance(data.get("workers"), list):
             raise BackendError(self.name, f"cannot list the gateway's workers (GET /workers answered HTTP "
                                           f"{response.status_code}); pass the worker URLs instead")
@@ -108,7 +108,7 @@ class GatewayClient(HttpClient):
             response = await self._http.get(url + INFO_ROUTE)
         except Exception:  # noqa: BLE001 - a worker down at start-up is found again by the gateway
             return None
-        return _json_object(response) if response.status_code == 200 else None
+        return json_object(response) if response.status_code == 200 else None
 
     def _routing_key(self, hint: KVFlowHint | None) -> str | None:
         if hint is None or self.config.routing == "none":
@@ -124,10 +124,10 @@ class GatewayClient(HttpClient):
         if response.status_code != 200:
             via = f" via worker {worker}" if worker else ""
             raise BackendError(self.name, f"chat completion failed{via} with HTTP {response.status_code}: "
-                                          f"{_error_text(response)}")
+                                          f"{error_text(response)}")
         if worker and hint is not None and self._kvflow:
             self.router.served_by(hint.namespace, hint.workflow_id, worker)
-        return _parse_completion(response, f"{self.name} (worker {worker or 'unknown'})")
+        return parse_completion(response, f"{self.name} (worker {worker or 'unknown'})")
 
     def send_steps(self, update: StepsUpdate) -> None:
         if not self._probed:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from kvflow_orch import END, START, Workflow, WorkflowError, arun
-from kvflow_orch.cli.cluster import _free_port, start_cluster
+from kvflow_orch.cli.cluster import free_port, start_cluster
 from kvflow_orch.clients import GatewayClient, GatewayConfig
 from scaleout_helpers import require_smg, wait_for
 
@@ -47,7 +47,7 @@ def test_bad_flags_are_refused_before_anything_starts(argv: list[str], message: 
 
 def test_cluster_prints_the_urls_serves_through_the_gateway_and_stops_cleanly() -> None:
     require_smg()
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([*KVFLOW, "cluster", "--workers", "2", "--model", "tiny-random", "--gateway-port",
                              str(port), *FLAGS, "--policy", "lru"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
