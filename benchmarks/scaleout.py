@@ -17,6 +17,13 @@ workflows finished, wall time. Loopback only; every loop is bounded (N workflows
 
     python benchmarks/scaleout.py [--workers 3] [--workflows 24] [--companies 6] [--prompt-chars 300]
                                   [--out benchmarks/results/scaleout/tiny_random.json]
+
+``--sim`` runs the same comparison in the simulator (``backends.sim.scaleout``) instead, on hardware
+and model profiles (default: 8 workers, H100 SXM, Llama-3.1-8B, the full MetaGPT role prompts), with
+``agent+kill`` killing worker 1 a third of the way through the round-robin run's makespan:
+
+    python benchmarks/scaleout.py --sim [--workers 8] [--workflows 64] [--companies 16]
+                                  [--out benchmarks/results/scaleout/sim_h100.json]
 """
 
 from __future__ import annotations
@@ -135,6 +142,36 @@ def measure(name: str, args: argparse.Namespace, device_tokens: int) -> dict[str
     return result
 
 
+def simulate(args: argparse.Namespace) -> dict[str, Any]:
+    from backends.sim import load_hardware, load_model
+    from backends.sim.scaleout import simulate_cluster
+    from backends.sim.workloads import Instance, Workload, WorkflowSpec, text_tokens
+
+    asg = company(0, 10**6, args.max_tokens).compile()
+    specs = [WorkflowSpec(asg, {agent: text_tokens(f"Company {c}, {agent}.\n{ROLES[agent]}") for agent in ROLES},
+                          dynamic_tokens=64, output_tokens=64) for c in range(args.companies)]
+    instances = tuple(Instance(specs[i % args.companies], f"wf{i}", f"company{i % args.companies}", seed=i,
+                               start_s=i * args.stagger_s) for i in range(args.workflows))
+    workload = Workload("metagpt-companies", instances, warmup=False)
+    fixed_total = workload.fixed_tokens_total
+    device_tokens = fixed_total // args.workers
+    hardware, model = load_hardware(args.hardware), load_model(args.model)
+    print(f"simulated {args.workers} workers ({args.hardware}, {args.model}), {args.workflows} workflows, "
+          f"{args.companies} companies: fixed prompts {fixed_total} tokens, device pool {device_tokens} per worker")
+    results: dict[str, Any] = {}
+    for name in args.configs.split(","):
+        routing = "round_robin" if name == "round_robin" else name.removesuffix("+kill")
+        fail = (1, results["round_robin"]["makespan_s"] / 3) if name.endswith("+kill") else None
+        result = simulate_cluster(workload, hardware, model, workers=args.workers, routing=routing,
+                                  device_tokens=device_tokens, fail=fail).to_json()
+        results[name] = result
+        print(f"{name:>12}: fixed-prompt device hit ratio {result['fixed_hit_ratio']:.3f}, finished "
+              f"{result['workflows_finished']}/{result['workflows']}, rerouted {result['rerouted']}, "
+              f"makespan {result['makespan_s']:.2f} s", flush=True)
+    return {"fixed_prompt_tokens": fixed_total, "device_tokens": device_tokens, "hardware": args.hardware,
+            "model": args.model, "results": results}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=3)
@@ -145,7 +182,22 @@ def main() -> int:
     parser.add_argument("--stagger-s", type=float, default=0.05, help="seconds between workflow starts")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--out", default=None)
+    parser.add_argument("--sim", action="store_true", help="run on the simulator instead of real workers")
+    parser.add_argument("--hardware", default="h100-sxm", help="--sim: hardware profile")
+    parser.add_argument("--model", default="llama-3.1-8b", help="--sim: model profile")
     args = parser.parse_args()
+    if args.sim:
+        for flag, default, sim_default in (("workers", 3, 8), ("workflows", 24, 64), ("companies", 6, 16),
+                                           ("max_tokens", 4, 64)):
+            if getattr(args, flag) == default:
+                setattr(args, flag, sim_default)
+        if args.stagger_s == 0.05:
+            args.stagger_s = 0.5
+        report = simulate(args)
+        _ratios(report["results"])
+        if args.out:
+            _write(args.out, report)
+        return 0
     args.tokenizer = _tokenizer()
     fixed_total = sum(len(f"Company {c}, {r}.\n{text[:args.prompt_chars]}") for c in range(args.companies)
                       for r, text in ROLES.items())
@@ -158,18 +210,25 @@ def main() -> int:
         print(f"{name:>12}: fixed-prompt device hit ratio {results[name]['fixed_hit_ratio']:.3f}, "
               f"errors {results[name]['errors']}, finished {results[name]['finished']}/{args.workflows}, "
               f"{results[name]['wall_s']} s", flush=True)
+    _ratios(results)
+    if args.out:
+        _write(args.out, {"machine": platform.machine(), "cpus": os.cpu_count(), "fixed_prompt_tokens": fixed_total,
+                          "device_tokens": device_tokens, "results": results})
+    return 0
+
+
+def _ratios(results: dict[str, Any]) -> None:
     base = results.get("round_robin", {}).get("fixed_hit_ratio") or 0.0
     for name, r in results.items():
         if name != "round_robin" and base:
             r["vs_round_robin"] = round(r["fixed_hit_ratio"] / base, 2)
             print(f"{name:>12}: {r['vs_round_robin']}x round-robin")
-    if args.out:
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"command": " ".join(["python", *sys.argv]), "machine": platform.machine(),
-                       "cpus": os.cpu_count(), "fixed_prompt_tokens": fixed_total, "device_tokens": device_tokens,
-                       "results": results}, f, indent=2)
-    return 0
+
+
+def _write(path: str, report: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"command": " ".join(["python", *sys.argv]), **report}, f, indent=2)
 
 
 if __name__ == "__main__":
