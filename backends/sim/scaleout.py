@@ -121,6 +121,8 @@ class ClusterResult:
     workflows: int
     rerouted: int
     makespan_s: float
+    tables_left: int
+    """Workflows still in the live workers' hint tables at the end (0: ``done`` reached every one)."""
 
     @property
     def fixed_hit_ratio(self) -> float:
@@ -157,4 +159,5 @@ def simulate_cluster(workload: Workload, hardware: HardwareProfile, model: Model
         events.schedule(fail[1], gateway.fail, fail[0])
     events.run()
     return ClusterResult(routing, workers, device_tokens, sum(c.calls for c in clients), gateway.fixed_tokens,
-                         gateway.fixed_hit_tokens, len(finished), len(clients), gateway.rerouted, events.now)
+                         gateway.fixed_hit_tokens, len(finished), len(clients), gateway.rerouted, events.now,
+                         sum(sim.cache.usage()["workflows"] for sim, ok in zip(sims, gateway.alive) if ok))
