@@ -147,12 +147,17 @@ def _serve_flags(args: argparse.Namespace) -> list[str]:
     return extra
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         flags = _serve_flags(args)
     except ValueError as exc:
         print(f"kvflow cluster: {exc}", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, _interrupt)  # stop the children on `kill` as on Ctrl-C
     if find_smg() is None:
         print("kvflow cluster: smg (SGLang's model gateway) is not installed: pip install 'kvflow[smg]'",
               file=sys.stderr)
