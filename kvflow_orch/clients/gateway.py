@@ -26,12 +26,15 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal
 
+import httpx
+
 from ..protocol import INFO_ROUTE, KVFlowHint, Sampling, StepsUpdate
 from .base import BackendError, LLMReply, Messages
 from .http import HttpClient, HttpConfig, error_text, json_object, parse_completion
 from .steps_router import StepsRouter, StepsTarget
 
-__all__ = ["GatewayConfig", "GatewayClient", "ROUTING_HEADER", "WORKER_HEADER", "Routing"]
+__all__ = ["GatewayConfig", "GatewayClient", "ROUTING_HEADER", "WORKER_HEADER", "Routing", "routing_key",
+           "workers_from_listing"]
 
 ROUTING_HEADER = "x-smg-routing-key"
 WORKER_HEADER = "x-smg-routed-worker-id"
@@ -59,7 +62,30 @@ class GatewayConfig(HttpConfig):
             raise ValueError(f"routing must be 'workflow', 'agent' or 'none', got {self.routing!r}")
 
 
+def routing_key(hint: KVFlowHint | None, routing: Routing) -> str | None:
+    """The ``x-smg-routing-key`` value for a call carrying ``hint`` (``None``: send no header)."""
+    if hint is None or routing == "none":
+        return None
+    return f"{hint.namespace}/{hint.workflow_id if routing == 'workflow' else hint.agent}"
+
+
+def workers_from_listing(gateway: str, response: httpx.Response) -> list[str]:
+    """The HTTP worker URLs of smg's ``GET /workers`` answer; a :class:`BackendError` naming
+    ``gateway`` when the answer lists none."""
+    data = json_object(response) if response.status_code == 200 else None
+    if data is None or not isinstance(data.get("workers"), list):
+        raise BackendError(gateway, f"cannot list the gateway's workers (GET /workers answered HTTP "
+                                    f"{response.status_code}); pass the worker URLs instead")
+    urls = [str(w["url"]) for w in data["workers"]
+            if isinstance(w, dict) and str(w.get("url", "")).startswith(("http://", "https://"))]
+    if not urls:
+        raise BackendError(gateway, "the gateway lists no HTTP worker; pass the worker URLs instead")
+    return urls
+
+
 class GatewayClient(HttpClient):
+    """Chat through the gateway at ``url``; steps to ``workers`` (empty: the gateway's worker list)."""
+
     def __init__(self, url: str, workers: Iterable[str] = (), config: GatewayConfig | None = None) -> None:
         config = config or GatewayConfig()
         super().__init__(url, config)
@@ -91,17 +117,8 @@ class GatewayClient(HttpClient):
                 self.send_steps(update)
 
     async def _discover(self) -> list[str]:
-        """The gateway's HTTP workers, from smg's ``GET /workers``."""
         response = await self._request("GET", "/workers")
-        data = json_object(response) if response.status_code == 200 else None
-        if data is None or not isinstance(data.get("workers"), list):
-            raise BackendError(self.name, f"cannot list the gateway's workers (GET /workers answered HTTP "
-                                          f"{response.status_code}); pass the worker URLs instead")
-        urls = [str(w["url"]) for w in data["workers"]
-                if isinstance(w, dict) and str(w.get("url", "")).startswith(("http://", "https://"))]
-        if not urls:
-            raise BackendError(self.name, "the gateway lists no HTTP worker; pass the worker URLs instead")
-        return urls
+        return workers_from_listing(self.name, response)
 
     async def _worker_info(self, url: str) -> dict[str, Any] | None:
         try:
@@ -110,15 +127,9 @@ class GatewayClient(HttpClient):
             return None
         return json_object(response) if response.status_code == 200 else None
 
-    def _routing_key(self, hint: KVFlowHint | None) -> str | None:
-        if hint is None or self.config.routing == "none":
-            return None
-        group = hint.workflow_id if self.config.routing == "workflow" else hint.agent
-        return f"{hint.namespace}/{group}"
-
     async def chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None) -> LLMReply:
         await self._probe()
-        key = self._routing_key(hint if self.config.hints else None)
+        key = routing_key(hint, self.config.routing) if self.config.hints else None
         response = await self._post_chat(messages, sampling, hint, {ROUTING_HEADER: key} if key else None)
         worker = response.headers.get(WORKER_HEADER)
         if response.status_code != 200:
