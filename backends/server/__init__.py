@@ -4,7 +4,9 @@
     app = create_app(engine, api_key="secret")     # a FastAPI app; serve it with uvicorn
 
 Routes: ``/v1/chat/completions`` (SSE streaming), ``/v1/completions``, ``/v1/models``, ``/generate``,
-``/kvflow/v1/info``, ``/kvflow/v1/steps``, ``/kvflow/v1/stats``, ``/health``, ``/metrics``.
+``/kvflow/v1/info``, ``/kvflow/v1/steps``, ``/kvflow/v1/stats``, ``/health``, ``/metrics``, and the worker
+routes a gateway probes (``/version``, ``/model_info``, ``/server_info``, ``/v1/loads``, ``/get_load``,
+``/health_generate``, ``/flush_cache``; see :mod:`backends.server.worker_routes`).
 Every error is ``{"error": {"message", "type", "code"}}`` with a 4xx/5xx status.
 """
 

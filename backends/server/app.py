@@ -23,6 +23,7 @@ from backends.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetri
 from backends.server.openai_routes import openai_router
 from backends.server.openapi import install_openapi
 from backends.server.serving import RequestObserver, ServerContext
+from backends.server.worker_routes import worker_router
 
 __all__ = ["create_app"]
 
@@ -66,7 +67,7 @@ def create_app(
 
     app = FastAPI(title="kvflow", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
-    routers = [openai_router(ctx), generate_router(ctx), kvflow_router(ctx, on_steps)]
+    routers = [openai_router(ctx), generate_router(ctx), kvflow_router(ctx, on_steps), worker_router(ctx)]
     if debug_routes:
         routers.append(debug_router(ctx))
     for router in routers:

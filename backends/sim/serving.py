@@ -88,7 +88,7 @@ class ServingSim:
         self.system = system
         self.cost = cost
         self.limits = limits
-        self.events = events or EventQueue()
+        self.events = events if events is not None else EventQueue()  # an empty queue is falsy
         self.cache = KVCache(cache_config, clock=lambda: self.events.now, policy=policy)
         self.h2d = Link(self.events, cost.transfer_time)
         self.d2h = Link(self.events, cost.transfer_time)

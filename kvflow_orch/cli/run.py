@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", metavar="MODULE:ATTR", help="e.g. workflows.metagpt:workflow")
     parser.add_argument("--input", default="{}", metavar="JSON", help="initial state as a JSON object, or @FILE")
     parser.add_argument(
-        "--backend", default="local", help="local, local:MODEL (smollm2-135m, tiny-random, DIR) or http://HOST:PORT"
+        "--backend", default="local", help="local, local:MODEL (smollm2-135m, tiny-random, DIR), http://HOST:PORT or smg+http://GATEWAY:PORT"
     )
     parser.add_argument("--record", metavar="FILE", help="write every LLM call as JSON lines (see kvflow_orch.protocol.trace)")
     parser.add_argument("--workflow-id", help="workflow id sent in hints (default: NAME-<random>)")

@@ -7,6 +7,9 @@
 * a ``backends.local.EngineConfig`` — the embedded engine built from that config;
 * a started engine object (implements ``backends.base.ServingEngine``) — used, never shut down;
 * ``"http://HOST:PORT"`` — any kvflow or OpenAI-compatible server;
+* ``"smg+http://HOST:PORT"`` — kvflow workers behind a gateway (SGLang's ``smg``), the workers read
+  from the gateway's worker list; ``("http://GATEWAY", ["http://WORKER", ...])`` names them
+  (:class:`GatewayClient`; build one yourself for ``routing="agent"`` and other options);
 * an :class:`LLMClient` — used as is, never closed (share one across many runs).
 """
 
@@ -15,8 +18,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .base import BackendError, LLMClient, LLMReply
+from .gateway import GatewayClient, GatewayConfig
 from .http import HttpClient, HttpConfig
 from .local import DEFAULT_MODEL, LocalClient
+from .steps_router import StepsRouter
 
 __all__ = [
     "LLMClient",
@@ -24,6 +29,9 @@ __all__ = [
     "BackendError",
     "HttpClient",
     "HttpConfig",
+    "GatewayClient",
+    "GatewayConfig",
+    "StepsRouter",
     "LocalClient",
     "DEFAULT_MODEL",
     "OpenedClient",
@@ -41,14 +49,21 @@ def open_client(backend: Any) -> OpenedClient:
     """Turn a ``backend=`` argument into a client (see the module docstring for the forms)."""
     if isinstance(backend, LLMClient):
         return OpenedClient(backend, False)
+    if isinstance(backend, tuple) and len(backend) == 2 and isinstance(backend[0], str):
+        gateway, workers = backend
+        if isinstance(workers, str) or not all(isinstance(w, str) for w in workers):
+            raise ValueError("backend (GATEWAY_URL, WORKER_URLS): WORKER_URLS must be a list of URLs")
+        return OpenedClient(GatewayClient(gateway, workers), True)
     if isinstance(backend, str):
+        if backend.startswith(("smg+http://", "smg+https://")):
+            return OpenedClient(GatewayClient(backend.removeprefix("smg+")), True)
         if backend.startswith(("http://", "https://")):
             return OpenedClient(HttpClient(backend), True)
         if backend == "local" or backend.startswith("local:"):
             model = backend.partition(":")[2] or DEFAULT_MODEL
             return OpenedClient(LocalClient(model=model), True)
         raise ValueError(
-            f"backend {backend!r} not understood: use 'local', 'local:MODEL', 'http://HOST:PORT', "
+            f"backend {backend!r} not understood: use 'local', 'local:MODEL', 'http://HOST:PORT', 'smg+http://HOST:PORT', "
             f"an EngineConfig, an engine object or an LLMClient"
         )
     if hasattr(backend, "generate") and hasattr(backend, "apply_steps") and hasattr(backend, "tokenizer"):

@@ -26,7 +26,7 @@ from ..protocol import INFO_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_
 from .outbox import Outbox
 from .base import BackendError, LLMClient, LLMReply, Messages
 
-__all__ = ["HttpConfig", "HttpClient"]
+__all__ = ["HttpConfig", "HttpClient", "json_object", "error_text", "parse_completion"]
 
 log = logging.getLogger("kvflow.runtime")
 
@@ -100,10 +100,10 @@ class HttpClient(LLMClient):
             if response.status_code in (401, 403):
                 raise BackendError(
                     self.name,
-                    f"the server refused {INFO_ROUTE} with HTTP {response.status_code} ({_error_text(response)}); "
+                    f"the server refused {INFO_ROUTE} with HTTP {response.status_code} ({error_text(response)}); "
                     f"give it its API key: KVFLOW_API_KEY=... or HttpConfig(api_key=...)",
                 )
-            info = _json_object(response) if response.status_code == 200 else None
+            info = json_object(response) if response.status_code == 200 else None
             self._kvflow = info is not None
             if info is None:
                 warnings.warn(
@@ -121,7 +121,7 @@ class HttpClient(LLMClient):
 
     async def _first_model(self) -> str | None:
         response = await self._request("GET", "/v1/models")
-        data = _json_object(response) if response.status_code == 200 else None
+        data = json_object(response) if response.status_code == 200 else None
         try:
             return str(data["data"][0]["id"])  # type: ignore[index]
         except (TypeError, KeyError, IndexError):
@@ -130,13 +130,18 @@ class HttpClient(LLMClient):
     # ------------------------------------------------------------------ calls
     async def chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None) -> LLMReply:
         await self._probe()
+        response = await self._post_chat(messages, sampling, hint)
+        if response.status_code != 200:
+            raise BackendError(self.name, f"chat completion failed with HTTP {response.status_code}: {error_text(response)}")
+        return parse_completion(response, self.name)
+
+    async def _post_chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None,
+                         headers: dict[str, str] | None = None) -> httpx.Response:
+        """POST the chat body (with the hint when the server takes hints); retried as :meth:`_request`."""
         body: dict[str, Any] = {"model": self._model, "messages": list(messages), **sampling.as_request()}
         if hint is not None and self._kvflow:
             body = attach_hint(body, hint)
-        response = await self._request("POST", "/v1/chat/completions", json=body)
-        if response.status_code != 200:
-            raise BackendError(self.name, f"chat completion failed with HTTP {response.status_code}: {_error_text(response)}")
-        return _parse_completion(response, self.name)
+        return await self._request("POST", "/v1/chat/completions", json=body, headers=headers)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         delay = self.config.backoff_s
@@ -173,7 +178,7 @@ class HttpClient(LLMClient):
     async def _post_steps(self, update: StepsUpdate) -> None:
         response = await self._http.post(STEPS_ROUTE, json=update.model_dump(mode="json"))
         if response.status_code >= 400:
-            raise BackendError(self.name, f"steps update rejected with HTTP {response.status_code}: {_error_text(response)}")
+            raise BackendError(self.name, f"steps update rejected with HTTP {response.status_code}: {error_text(response)}")
 
     async def flush(self, timeout: float = 5.0) -> None:
         if self._held and not self._probed:
@@ -194,7 +199,7 @@ class HttpClient(LLMClient):
             self._http_client = None
 
 
-def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+def json_object(response: httpx.Response) -> dict[str, Any] | None:
     try:
         data = response.json()
     except ValueError:
@@ -202,8 +207,8 @@ def _json_object(response: httpx.Response) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _error_text(response: httpx.Response) -> str:
-    data = _json_object(response)
+def error_text(response: httpx.Response) -> str:
+    data = json_object(response)
     if data is not None:
         err = data.get("error", data.get("detail", data))
         if isinstance(err, dict) and "message" in err:
@@ -212,8 +217,8 @@ def _error_text(response: httpx.Response) -> str:
     return response.text[:500] or "(empty body)"
 
 
-def _parse_completion(response: httpx.Response, backend: str) -> LLMReply:
-    data = _json_object(response)
+def parse_completion(response: httpx.Response, backend: str) -> LLMReply:
+    data = json_object(response)
     try:
         if data is None:
             raise ValueError("the body is not a JSON object")

@@ -1,0 +1,112 @@
+"""``kvflow cluster`` and a worker lost mid-run, with real ``kvflow serve`` subprocesses behind smg."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from kvflow_orch import END, START, Workflow, WorkflowError, arun
+from kvflow_orch.cli.cluster import free_port, start_cluster
+from kvflow_orch.clients import GatewayClient, GatewayConfig
+from scaleout_helpers import require_smg, wait_for
+
+KVFLOW = [sys.executable, "-m", "kvflow_orch.cli"]
+FLAGS = ["--device-tokens", "4096", "--host-tokens", "0"]
+
+
+def _pipeline(calls: int) -> Workflow:
+    """``calls`` agents in a row with a function node in the middle (a steps update mid-run)."""
+    wf = Workflow("pipeline")
+    names = [f"agent{i}" for i in range(calls)]
+    for name in names:
+        wf.add_agent(name, f"You are {name}. " * 30, "Go: {task}", output="task", max_tokens=2)
+    wf.add_node("tool", lambda state: {"task": state["task"][:20]})
+    chain = [START, *names[: calls // 2], "tool", *names[calls // 2:], END]
+    for a, b in zip(chain, chain[1:]):
+        wf.add_edge(a, b)
+    return wf
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers", "0", "--model", "tiny-random"], "--workers: must be a positive integer"),
+    (["--workers", "2", "--model", "tiny-random", "--port", "5"], "--port is set by kvflow cluster"),
+    (["--workers", "2", "--model", "tiny-random", "--policy", "nope"], "argument --policy: invalid choice: 'nope'"),
+    (["--workers", "2", "--model", "tiny-random", "--device-tokens", "-1"], "--device-tokens"),
+    (["--workers", "2", "--model", "tiny-random", "--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_flags_are_refused_before_anything_starts(argv: list[str], message: str) -> None:
+    done = subprocess.run([*KVFLOW, "cluster", *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_cluster_prints_the_urls_serves_through_the_gateway_and_stops_cleanly() -> None:
+    require_smg()
+    port = free_port()
+    proc = subprocess.Popen([*KVFLOW, "cluster", "--workers", "2", "--model", "tiny-random", "--gateway-port",
+                             str(port), *FLAGS, "--policy", "lru"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = [proc.stdout.readline().strip() for _ in range(3)]  # type: ignore[union-attr]
+        assert lines[0].startswith("worker 0: http://127.0.0.1:") and lines[1].startswith("worker 1: http://127.0.0.1:")
+        assert lines[2] == f"gateway: http://127.0.0.1:{port}"
+        workers = [line.split(": ", 1)[1] for line in lines[:2]]
+        assert {httpx.get(w + "/kvflow/v1/info").json()["policy"] for w in workers} == {"lru"}  # serve flags reached both
+        chat = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60, json={
+            "model": "tiny-random", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        assert chat.status_code == 200 and chat.headers["x-smg-routed-worker-id"] in workers
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    for url in workers:
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url + "/health", timeout=2)
+
+
+def test_a_worker_lost_mid_run_loses_no_workflow_and_survivors_drain() -> None:
+    require_smg()
+    with start_cluster(2, "tiny-random", FLAGS) as cluster:
+        client = GatewayClient(cluster.gateway, cluster.workers, GatewayConfig(routing="workflow"))
+        calls = 0
+        original = client.chat
+
+        async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal calls
+            reply = await original(*args, **kwargs)
+            calls += 1
+            if calls == 8:
+                cluster.processes[0].kill()  # SIGKILL: no goodbye, requests in flight are cut
+            return reply
+
+        client.chat = counted  # type: ignore[method-assign]
+
+        async def go() -> list:
+            results = await asyncio.gather(*(arun(_pipeline(6), {"task": f"t{i}"}, backend=client,
+                                                  workflow_id=f"wf{i}", namespace="loss") for i in range(8)))
+            await client.aclose()
+            return results
+
+        results = asyncio.run(go())
+        assert cluster.processes[0].poll() is not None and len(results) == 8
+        assert calls == 8 * 6
+        survivor = cluster.workers[1]
+        # Every workflow ended with done at the survivor: its hint table holds none of them.
+        wait_for(lambda: httpx.get(survivor + "/kvflow/v1/stats").json()["workflows"] == 0, 10, "the table to drain")
+
+
+def test_when_no_worker_is_left_the_error_names_the_node_and_the_url() -> None:
+    require_smg()
+    with start_cluster(1, "tiny-random", FLAGS) as cluster:
+        cluster.processes[0].kill()
+        cluster.processes[0].wait()
+        client = GatewayClient(cluster.gateway, cluster.workers, GatewayConfig(retries=1, backoff_s=0.1))
+        started = time.monotonic()
+        with pytest.raises(WorkflowError) as err:
+            asyncio.run(arun(_pipeline(2), {"task": "x"}, backend=client, workflow_id="lost"))
+        assert "node 'agent0'" in str(err.value) and cluster.gateway in str(err.value)
+        assert time.monotonic() - started < 60
