@@ -8,7 +8,7 @@ Both policies run ``vllm serve DIR --enable-prefix-caching`` with the kvflow end
 ``kv_transfer_params.kvflow``). ``kvflow`` adds ``--scheduler-cls`` :class:`KVFlowScheduler`
 (workflow-aware order of vLLM's free block queue); ``lru`` is stock vLLM's scheduler, for
 side-by-side comparisons. ``--device-tokens`` sizes the KV pool through
-``--num-gpu-blocks-override`` (rounded up to whole blocks); ``--host-tokens`` sizes vLLM's CPU
+``--num-gpu-blocks-override`` (rounded up to whole blocks, plus vLLM's null block); ``--host-tokens`` sizes vLLM's CPU
 offloading tier (``--kv-offloading-size``, CUDA only: vLLM refuses it on CPU). Every flag kvflow
 does not know goes to vLLM unchanged, after ours, so it wins.
 """
@@ -82,6 +82,14 @@ def kv_bytes_per_token(model_dir: str, dtype: str | None = None) -> int:
     return 2 * layers * kv_heads * head_dim * _DTYPE_BYTES.get(name, 2)
 
 
+def _model_max_len(model_dir: str) -> int | None:
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        return int(config["max_position_embeddings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def build_command(
     model: str,
     extra_argv: Sequence[str] = (),
@@ -112,7 +120,13 @@ def build_command(
     if device_tokens is not None:
         if device_tokens <= 0:
             raise ValueError(f"--device-tokens must be > 0, got {device_tokens}")
-        argv += ["--num-gpu-blocks-override", str(math.ceil(device_tokens / block_size))]
+        # vLLM keeps block 0 as its null block: N tokens of KV need one block more
+        blocks = math.ceil(device_tokens / block_size) + 1
+        argv += ["--num-gpu-blocks-override", str(blocks)]
+        if _flag_value(extra_argv, "--max-model-len") is None:
+            # vLLM refuses to start when one sequence of the model's full length cannot fit the pool
+            usable = (blocks - 1) * block_size
+            argv += ["--max-model-len", str(min(usable, _model_max_len(model) or usable))]
     if host_tokens:
         gib = host_tokens * kv_bytes_per_token(model, _flag_value(extra_argv, "--dtype")) / 2**30
         argv += ["--kv-offloading-size", f"{gib:.6g}", "--kv-offloading-backend", "native"]
