@@ -32,6 +32,7 @@ __all__ = ["LaunchPlan", "build_command", "plan_from_args", "main", "block_size_
            "CPU_BLOCK_SIZE"]
 
 BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
+OFFLOAD_POLICY, OFFLOAD_MODULE = "KVFlowCachePolicy", "backends.vllm_kvflow.offload"  # see offload.py
 CPU_BLOCK_SIZE = 128  # vLLM's CPU backend default; --block-size in the pass-through flags overrides it
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
@@ -130,6 +131,13 @@ def build_command(
     if host_tokens:
         gib = host_tokens * kv_bytes_per_token(model, _flag_value(extra_argv, "--dtype")) / 2**30
         argv += ["--kv-offloading-size", f"{gib:.6g}", "--kv-offloading-backend", "native"]
+        if policy == POLICY_NAME:
+            if _flag_value(extra_argv, "--kv-transfer-config") is not None:
+                raise ValueError("--host-tokens with --policy kvflow sets --kv-transfer-config itself "
+                                 "(the host tier's kvflow eviction policy); pass one or the other")
+            # vLLM merges cpu_bytes_to_use into this; the tier then evicts in kvflow's order
+            argv += ["--kv-transfer-config", json.dumps({"kv_connector_extra_config": {
+                "eviction_policy": OFFLOAD_POLICY, "cache_policy_module_path": OFFLOAD_MODULE}})]
     if policy == POLICY_NAME:
         argv += ["--scheduler-cls", SCHEDULER_CLS]
         options: dict[str, object] = {"prefetch": prefetch}

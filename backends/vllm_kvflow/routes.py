@@ -166,6 +166,12 @@ class KVFlowEndpoints:
             return (await core.call_utility_all_async(UTILITY, verb, payload))[0]
         return await core.call_utility_async(UTILITY, verb, payload)
 
+    def _model_name(self) -> str | None:
+        served = getattr(self.args, "served_model_name", None)
+        if isinstance(served, (list, tuple)):
+            served = served[0] if served else None
+        return served or getattr(self.args, "model", None)
+
     # ---- routes --------------------------------------------------------------------------------
     async def post_steps(self, request: Request) -> JSONResponse:
         if (refused := self._refuse(request)) is not None:
@@ -197,6 +203,7 @@ class KVFlowEndpoints:
         return JSONResponse({
             "backend": "vllm",
             "protocol": PROTOCOL_VERSION,
+            "model": self._model_name(),
             "vllm_version": vllm.__version__,
             "policy": core.get("policy", "lru"),
             "prefetch": False,

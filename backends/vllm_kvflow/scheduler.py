@@ -28,7 +28,7 @@ from backends.kvcache.config import CacheConfig
 from kvflow_orch.protocol import StepsUpdate
 
 from . import CONFIG_ENV, POLICY_NAME, UTILITY
-from .state import KVFlowState
+from .state import KVFlowState, set_current_state
 
 __all__ = ["KVFlowScheduler", "cache_config_from_env", "install_pool_hooks", "reorder_free_queue"]
 
@@ -121,6 +121,7 @@ class KVFlowScheduler(Scheduler):
                            "size %s: the free queue keeps vLLM's LRU order", hash_size, self.block_size)
         usable = (pool.num_gpu_blocks - 1) * self.block_size  # block 0 is vLLM's null block
         self.kvflow = KVFlowState(cache_config_from_env(usable), self.block_size)
+        set_current_state(self.kvflow)
         self._counted: set[str] = set()
         install_pool_hooks(pool, self.kvflow, self.reorder)
         logger.info("kvflow: workflow-aware free queue on %d blocks of %d tokens (namespace cap %d tokens)",

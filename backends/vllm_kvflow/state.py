@@ -20,7 +20,7 @@ from backends.kvcache.segment import Segmenter
 from backends.kvcache.stats import CacheStats
 from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate
 
-__all__ = ["HINT_KEY", "PREFIX_TOKENS_KEY", "KVFlowState", "read_hint"]
+__all__ = ["HINT_KEY", "PREFIX_TOKENS_KEY", "KVFlowState", "read_hint", "current_state", "set_current_state"]
 
 HINT_KEY = "kvflow"                     # kv_transfer_params["kvflow"]: a KVFlowHint as JSON
 PREFIX_TOKENS_KEY = "kvflow_prefix_tokens"  # its fixed prefix in tokens, when the API server knew it
@@ -133,3 +133,17 @@ class KVFlowState:
             "device_tokens": self.config.device_tokens,
             "namespace_cap_tokens": self.config.effective_namespace_cap,
         }
+
+
+# The scheduler's state, for the host tier's cache policy in the same engine-core process (vLLM
+# builds the policy itself, with no handle on the scheduler).
+_CURRENT: KVFlowState | None = None
+
+
+def current_state() -> KVFlowState | None:
+    return _CURRENT
+
+
+def set_current_state(state: KVFlowState | None) -> None:
+    global _CURRENT
+    _CURRENT = state
