@@ -101,10 +101,11 @@ class _HintMiddleware:
         raw = b"".join(chunks)
         try:
             body = json.loads(raw) if raw else None
-            new = rewrite_body(body, scope["path"], self.tokenizer_of()) if isinstance(body, dict) else None
         except ValueError:
-            new = None  # not JSON: vLLM answers it as usual
-        except HintError as exc:
+            body = None  # not JSON: vLLM answers it as usual
+        try:
+            new = rewrite_body(body, scope["path"], self.tokenizer_of()) if isinstance(body, dict) else None
+        except HintError as exc:  # a ValueError too: caught before anything broader
             await _error(400, str(exc))(scope, receive, send)
             return
         if new is not None:
