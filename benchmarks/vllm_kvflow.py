@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from backends.vllm_kvflow.launcher import running  # noqa: E402
 from kvflow_orch.runtime import run  # noqa: E402
 from workflows.metagpt import metagpt  # noqa: E402
 from workflows.synthetic import synthetic  # noqa: E402
@@ -73,30 +73,8 @@ def server(model: Path, policy: str, device_tokens: int, log: Path) -> Iterator[
     argv = [str(VLLM_PYTHON), "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
             "--policy", policy, "--device-tokens", str(device_tokens), "--port", str(port)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 900
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vLLM ({policy}) exited with {proc.returncode}; see {log}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM ({policy}) did not start in 900 s; see {log}")
-            time.sleep(2)
+    with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT) as url:
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
 
 
 def run_policy(model: Path, policy: str, device_tokens: int, args: argparse.Namespace, logs: Path) -> dict[str, Any]:

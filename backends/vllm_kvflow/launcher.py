@@ -16,20 +16,24 @@ does not know goes to vLLM unchanged, after ours, so it wins.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from . import CONFIG_ENV, PLUGIN_NAME, POLICY_NAME, SCHEDULER_CLS
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "main", "block_size_of", "kv_bytes_per_token",
-           "CPU_BLOCK_SIZE"]
+           "CPU_BLOCK_SIZE", "running"]
 
 BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
 OFFLOAD_POLICY, OFFLOAD_MODULE = "KVFlowCachePolicy", "backends.vllm_kvflow.offload"  # see offload.py
@@ -181,3 +185,38 @@ def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:
         return subprocess.call(plan.argv, env={**os.environ, **plan.env})
     except KeyboardInterrupt:
         return 130
+
+
+@contextlib.contextmanager
+def running(argv: Sequence[str], url: str, log: Path, *, env: dict[str, str] | None = None,
+            cwd: str | Path | None = None, timeout_s: float = 900.0) -> Iterator[str]:
+    """Run a vLLM server command (``kvflow serve --engine vllm ...``) in its own process group
+    until ``url``/health answers, yield ``url``, then stop the whole group (API server, engine core,
+    worker). Raises RuntimeError with the log's tail when it exits or does not start in time."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {proc.returncode} while starting; log:\n"
+                                   f"{log.read_text(errors='replace')[-4000:]}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(url + "/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM did not start within {timeout_s:.0f} s; log:\n"
+                                   f"{log.read_text(errors='replace')[-4000:]}")
+            time.sleep(2)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)

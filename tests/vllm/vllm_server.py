@@ -6,15 +6,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,35 +38,12 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def vllm_server(model: Path, log: Path, flags: Sequence[str] = (), *, kv_space_gib: int = 1) -> Iterator[str]:
-    """Run ``kvflow serve --engine vllm --model MODEL FLAGS`` until /health answers; yield its URL;
-    stop the whole process group afterwards (the API server, engine core and worker)."""
+    """Run ``kvflow serve --engine vllm --model MODEL FLAGS`` until /health answers; yield its URL."""
+    from backends.vllm_kvflow.launcher import running
+
     port = _free_port()
     argv = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
             "--port", str(port), *flags]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib)}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {proc.returncode} while starting; log:\n{log.read_text()[-4000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM did not start within {START_TIMEOUT_S:.0f} s; log:\n{log.read_text()[-4000:]}")
-            time.sleep(2)
+    with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT, timeout_s=START_TIMEOUT_S) as url:
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
