@@ -1,6 +1,6 @@
 """The ``backend`` fixture: every kvflow backend that can run here, each on its own tiny-random
 engine (a 1,024-token device pool with a host tier, kvflow policy, prefetch on), and vLLM with the
-kvflow scheduler on SmolLM2 (a 512-token pool of 16-token blocks, float32) where vLLM is installed
+kvflow scheduler on SmolLM2 (a 512-token pool of 32-token blocks, float32) where vLLM is installed
 (``.venv-vllm/bin/python -m pytest tests/conformance -m vllm``)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ BACKENDS = [
     pytest.param("vllm", marks=[pytest.mark.vllm, pytest.mark.timeout(1200),
                                 pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON)]),
 ]
-VLLM_FLAGS = ["--device-tokens", "512", "--block-size", "16", "--dtype", "float32"]
+VLLM_FLAGS = ["--device-tokens", "512", "--block-size", "32", "--dtype", "float32"]  # CPU blocks: multiples of 32
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -38,7 +38,7 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     if request.param == "vllm":
         folder = tmp_path_factory.mktemp("vllm")
         with vllm_server(export_smollm2(folder), folder / "server.log", VLLM_FLAGS) as url:
-            # vLLM caches whole blocks: the ~80-token system prompt is reused as 4-5 blocks of 16
+            # vLLM caches whole blocks: the ~80-token system prompt is reused as 2 blocks of 32
             yield OverHTTP(url, name="vllm", min_prefix_reuse=48)
         return
     engine = Engine(CONFIG)
