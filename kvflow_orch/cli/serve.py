@@ -1,12 +1,13 @@
-"""``kvflow serve``: start a kvflow server on the embedded engine (default) or on SGLang.
+"""``kvflow serve``: start a kvflow server on the embedded engine (default), on SGLang or on vLLM.
 
     kvflow serve --model {smollm2-135m,tiny-random,DIR} --device-tokens N --host-tokens M
                  --policy POLICY [--no-prefetch] [--port P] [--host H] [--api-key K]
-                 [--debug-routes] [--engine {local,sglang}] [SGLANG FLAGS...]
+                 [--debug-routes] [--engine {local,sglang,vllm}] [SGLANG OR VLLM FLAGS...]
 
-The server binds 127.0.0.1 unless ``--host`` says otherwise. With ``--engine sglang`` every flag this
-command does not know is handed to SGLang untouched (through ``backends.sglang_kvflow.launcher``);
-with the embedded engine an unknown flag is an error.
+The server binds 127.0.0.1 unless ``--host`` says otherwise. With ``--engine sglang`` (``vllm``) every
+flag this command does not know is handed to SGLang (vLLM) untouched, through
+``backends.sglang_kvflow.launcher`` (``backends.vllm_kvflow.launcher``); with the embedded engine an
+unknown flag is an error.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="require 'Authorization: Bearer K' on every route but /health")
     parser.add_argument("--debug-routes", action="store_true",
                         help="mount /kvflow/v1/debug/* (cache integrity check, hint-table size); off by default")
-    parser.add_argument("--engine", choices=("local", "sglang"), default="local",
-                        help="local: the embedded torch engine; sglang: SGLang with the kvflow plugin")
+    parser.add_argument("--engine", choices=("local", "sglang", "vllm"), default="local",
+                        help="local: the embedded torch engine; sglang: SGLang with the kvflow plugin; "
+                             "vllm: vLLM with the kvflow scheduler and routes")
 
 
 # SGLang's own flags must reach SGLang: the dispatcher collects unknown arguments into
@@ -77,6 +79,15 @@ def _serve_sglang(args: argparse.Namespace, extra: list[str]) -> int:
     return int(launcher.main(args, extra) or 0)
 
 
+def _serve_vllm(args: argparse.Namespace, extra: list[str]) -> int:
+    try:
+        from backends.vllm_kvflow import launcher
+    except ImportError as exc:
+        print(f"kvflow serve: --engine vllm needs backends.vllm_kvflow.launcher: {exc}", file=sys.stderr)
+        return 2
+    return int(launcher.main(args, extra) or 0)
+
+
 def _engine_config(args: argparse.Namespace) -> Any:
     from backends.local import EngineConfig
 
@@ -88,8 +99,10 @@ def main(args: argparse.Namespace) -> int:
     extra = list(getattr(args, "extra_argv", []))
     if args.engine == "sglang":
         return _serve_sglang(args, extra)
+    if args.engine == "vllm":
+        return _serve_vllm(args, extra)
     if extra:
-        print(f"kvflow serve: unrecognized arguments: {' '.join(extra)} (only --engine sglang passes flags through)",
+        print(f"kvflow serve: unrecognized arguments: {' '.join(extra)} (only --engine sglang/vllm pass flags through)",
               file=sys.stderr)
         return 2
     if not _is_loopback(args.host) and not args.api_key:

@@ -63,7 +63,7 @@ def test_brain_loads_no_engine_server_or_orchestrator() -> None:
 def test_simulator_loads_no_torch_engine_or_server() -> None:
     mods = loaded_by("import backends.sim, backends.sim.simulate, backends.sim.sweep, backends.sim.replay")
     assert not tops(mods) & (HEAVY - {"numpy"}), sorted(tops(mods) & HEAVY)
-    for host in ("backends.local", "backends.server", "backends.sglang_kvflow"):
+    for host in ("backends.local", "backends.server", "backends.sglang_kvflow", "backends.vllm_kvflow"):
         assert not ours(mods, host), f"the simulator loaded {host}"
     dsl = {m for m in ours(mods, "kvflow_orch") if m.split(".")[1:2] in (["builder"], ["runtime"], ["langgraph"],
                                                                          ["cli"], ["tracker"])}
@@ -122,7 +122,7 @@ def test_backends_import_only_the_contract_of_the_orchestrator(path: Path) -> No
     assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
-HOSTS = ("backends.local", "backends.server", "backends.sglang_kvflow", "backends.sim")
+HOSTS = ("backends.local", "backends.server", "backends.sglang_kvflow", "backends.vllm_kvflow", "backends.sim")
 
 
 @pytest.mark.parametrize("path", modules_under("backends"), ids=lambda p: str(p.relative_to(ROOT)))

@@ -24,6 +24,7 @@ class Reply(NamedTuple):
 
 class Backend(Protocol):
     name: str
+    min_prefix_reuse: int  # cached tokens a repeated ~20-word system prompt must at least give
 
     async def chat(self, messages: Messages, *, max_tokens: int, hint: KVFlowHint | None = None,
                    stream: bool = False) -> Reply: ...
@@ -37,6 +38,7 @@ class InProcess:
     """The engine called directly, as the runtime's ``backend="local"`` does."""
 
     name = "in-process"
+    min_prefix_reuse = 100
 
     def __init__(self, engine: ServingEngine) -> None:
         self.engine = engine
@@ -71,10 +73,10 @@ class InProcess:
 class OverHTTP:
     """The engine behind the embedded server, spoken to as any OpenAI-compatible client would."""
 
-    name = "http"
-
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, name: str = "http", min_prefix_reuse: int = 100) -> None:
         self.url = url
+        self.name = name
+        self.min_prefix_reuse = min_prefix_reuse
 
     async def chat(self, messages: Messages, *, max_tokens: int, hint: KVFlowHint | None = None,
                    stream: bool = False) -> Reply:

@@ -35,8 +35,9 @@ async def test_second_call_with_the_same_prefix_reports_cached_tokens(backend: B
     first = await backend.chat(_chat(system, "Plan a trip."), max_tokens=4, hint=_hint())
     second = await backend.chat(_chat(system, "Plan a party instead."), max_tokens=4, hint=_hint())
     assert first.cached_tokens < first.prompt_tokens
-    # At least the agent's system prompt (about 170 byte-level tokens here) is reused, never more than the prompt.
-    assert 100 <= second.cached_tokens < second.prompt_tokens
+    # At least the agent's system prompt (about 170 byte-level tokens on tiny-random; whole blocks
+    # of it on vLLM) is reused, never more than the prompt.
+    assert backend.min_prefix_reuse <= second.cached_tokens < second.prompt_tokens
     assert second.cached_tokens > first.cached_tokens
 
 

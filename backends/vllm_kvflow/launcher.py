@@ -1,0 +1,222 @@
+"""``kvflow serve --engine vllm``: start vLLM's own OpenAI server with kvflow inside.
+
+    kvflow serve --engine vllm --model HF_DIR [--policy kvflow|lru] [--device-tokens N]
+                 [--host-tokens M] [--port P] [--host H] [--api-key K] [VLLM FLAGS...]
+
+Both policies run ``vllm serve DIR --enable-prefix-caching`` with the kvflow endpoint plugin
+(``/kvflow/v1/{info,steps,stats}``, hints accepted under ``custom_params.kvflow`` as well as
+``kv_transfer_params.kvflow``). ``kvflow`` adds ``--scheduler-cls`` :class:`KVFlowScheduler`
+(workflow-aware order of vLLM's free block queue); ``lru`` is stock vLLM's scheduler, for
+side-by-side comparisons. ``--device-tokens`` sizes the KV pool through
+``--num-gpu-blocks-override`` (rounded up to whole blocks, plus vLLM's null block); ``--host-tokens`` sizes vLLM's CPU
+offloading tier (``--kv-offloading-size``, CUDA only: vLLM refuses it on CPU). Every flag kvflow
+does not know goes to vLLM unchanged, after ours, so it wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from . import CONFIG_ENV, PLUGIN_NAME, POLICY_NAME, SCHEDULER_CLS
+
+__all__ = ["LaunchPlan", "build_command", "plan_from_args", "main", "block_size_of", "kv_bytes_per_token",
+           "CPU_BLOCK_SIZE", "running"]
+
+BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
+OFFLOAD_POLICY, OFFLOAD_MODULE = "KVFlowCachePolicy", "backends.vllm_kvflow.offload"  # see offload.py
+CPU_BLOCK_SIZE = 128  # vLLM's CPU backend default; --block-size in the pass-through flags overrides it
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The vLLM command line and the environment additions it needs."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _flag_value(argv: Sequence[str], name: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def block_size_of(extra_argv: Sequence[str]) -> int:
+    value = _flag_value(extra_argv, "--block-size")
+    if value is None:
+        return CPU_BLOCK_SIZE
+    try:
+        size = int(value)
+    except ValueError:
+        raise ValueError(f"--block-size must be an integer, got {value!r}") from None
+    if size <= 0:
+        raise ValueError(f"--block-size must be > 0, got {size}")
+    return size
+
+
+def kv_bytes_per_token(model_dir: str, dtype: str | None = None) -> int:
+    """KV bytes one token takes in every layer (keys and values), from the model's config.json."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        layers = int(config["num_hidden_layers"])
+        heads = int(config["num_attention_heads"])
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"cannot size the KV tier from {model_dir}/config.json: {exc}") from None
+    name = (dtype or config.get("torch_dtype") or config.get("dtype") or "bfloat16").replace("torch.", "")
+    if name == "auto":
+        name = config.get("torch_dtype") or "bfloat16"
+    return 2 * layers * kv_heads * head_dim * _DTYPE_BYTES.get(name, 2)
+
+
+def _model_max_len(model_dir: str) -> int | None:
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        return int(config["max_position_embeddings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def build_command(
+    model: str,
+    extra_argv: Sequence[str] = (),
+    *,
+    policy: str = POLICY_NAME,
+    host: str = "127.0.0.1",
+    port: int = 30000,
+    api_key: str | None = None,
+    device_tokens: int | None = None,
+    host_tokens: int | None = None,
+    prefetch: bool = True,
+    python: str = sys.executable,
+) -> LaunchPlan:
+    """Build the ``vllm serve`` command. Raises ValueError on a combination vLLM cannot express."""
+    if policy not in (POLICY_NAME, "lru"):
+        raise ValueError(f"policy must be 'kvflow' or 'lru' with --engine vllm, got {policy!r}")
+    if model in BUILTIN_NAMES:
+        raise ValueError(f"vLLM serves Hugging Face model directories, not the built-in {model!r}: "
+                         f"write one with 'kvflow export-model {model} DIR' and pass --model DIR")
+    if "--no-enable-prefix-caching" in extra_argv:
+        raise ValueError("--no-enable-prefix-caching turns off the prefix cache kvflow manages")
+    if policy == POLICY_NAME and _flag_value(extra_argv, "--scheduler-cls") is not None:
+        raise ValueError("--scheduler-cls is kvflow's with --policy kvflow; use --policy lru for another scheduler")
+    block_size = block_size_of(extra_argv)
+    argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", host, "--port", str(port),
+            "--enable-prefix-caching", "--enable-prompt-tokens-details"]
+    env = {"VLLM_PLUGINS": PLUGIN_NAME}
+    if device_tokens is not None:
+        if device_tokens <= 0:
+            raise ValueError(f"--device-tokens must be > 0, got {device_tokens}")
+        # vLLM keeps block 0 as its null block: N tokens of KV need one block more
+        blocks = math.ceil(device_tokens / block_size) + 1
+        argv += ["--num-gpu-blocks-override", str(blocks)]
+        if _flag_value(extra_argv, "--max-model-len") is None:
+            # vLLM refuses to start when one sequence of the model's full length cannot fit the pool
+            usable = (blocks - 1) * block_size
+            argv += ["--max-model-len", str(min(usable, _model_max_len(model) or usable))]
+    if host_tokens:
+        gib = host_tokens * kv_bytes_per_token(model, _flag_value(extra_argv, "--dtype")) / 2**30
+        argv += ["--kv-offloading-size", f"{gib:.6g}", "--kv-offloading-backend", "native"]
+        if policy == POLICY_NAME:
+            if _flag_value(extra_argv, "--kv-transfer-config") is not None:
+                raise ValueError("--host-tokens with --policy kvflow sets --kv-transfer-config itself "
+                                 "(the host tier's kvflow eviction policy); pass one or the other")
+            # vLLM merges cpu_bytes_to_use into this; the tier then evicts in kvflow's order
+            argv += ["--kv-transfer-config", json.dumps({"kv_connector_extra_config": {
+                "eviction_policy": OFFLOAD_POLICY, "cache_policy_module_path": OFFLOAD_MODULE}})]
+    if policy == POLICY_NAME:
+        argv += ["--scheduler-cls", SCHEDULER_CLS]
+        options: dict[str, object] = {"prefetch": prefetch}
+        if host_tokens:
+            options["host_tokens"] = host_tokens
+        env[CONFIG_ENV] = json.dumps(options)
+    if api_key:
+        argv += ["--api-key", api_key]
+    argv += list(extra_argv)
+    return LaunchPlan(argv, env)
+
+
+def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> LaunchPlan:
+    """From ``kvflow serve``'s parsed arguments (attributes it may lack take their defaults)."""
+    return build_command(
+        args.model, extra_argv,
+        policy=getattr(args, "policy", POLICY_NAME),
+        host=getattr(args, "host", "127.0.0.1"),
+        port=getattr(args, "port", 30000),
+        api_key=getattr(args, "api_key", None),
+        device_tokens=getattr(args, "device_tokens", None),
+        host_tokens=getattr(args, "host_tokens", None),
+        prefetch=not getattr(args, "no_prefetch", False),
+    )
+
+
+def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:
+    """Run vLLM in the foreground; returns its exit status (2 for a usage error)."""
+    try:
+        plan = plan_from_args(args, extra_argv)
+    except ValueError as exc:
+        print(f"kvflow serve: {exc}", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("vllm") is None:
+        print("kvflow serve: --engine vllm needs vLLM in this Python (pip install 'kvflow[vllm]', or on CPU "
+              "bash .ci/setup-vllm and use .venv-vllm/bin/python)", file=sys.stderr)
+        return 2
+    print("kvflow serve: " + " ".join(f"{k}={v}" for k, v in plan.env.items()) + " " + " ".join(plan.argv),
+          file=sys.stderr, flush=True)
+    try:
+        return subprocess.call(plan.argv, env={**os.environ, **plan.env})
+    except KeyboardInterrupt:
+        return 130
+
+
+@contextlib.contextmanager
+def running(argv: Sequence[str], url: str, log: Path, *, env: dict[str, str] | None = None,
+            cwd: str | Path | None = None, timeout_s: float = 900.0) -> Iterator[str]:
+    """Run a vLLM server command (``kvflow serve --engine vllm ...``) in its own process group
+    until ``url``/health answers, yield ``url``, then stop the whole group (API server, engine core,
+    worker). Raises RuntimeError with the log's tail when it exits or does not start in time."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {proc.returncode} while starting; log:\n"
+                                   f"{log.read_text(errors='replace')[-4000:]}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(url + "/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM did not start within {timeout_s:.0f} s; log:\n"
+                                   f"{log.read_text(errors='replace')[-4000:]}")
+            time.sleep(2)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)

@@ -1,0 +1,225 @@
+"""The ``vllm.endpoint_plugins`` entry point: kvflow's HTTP surface on vLLM's OpenAI server.
+
+* ``POST /kvflow/v1/steps``: a :class:`~kvflow_orch.protocol.StepsUpdate`, validated here (422
+  naming the field), then handed to the scheduler by the ``kvflow_call`` utility (:mod:`.plugin`);
+* ``GET /kvflow/v1/info``: backend, versions, policy, block size, capacities, where hints go;
+* ``GET /kvflow/v1/stats``: the scheduler's counters (the brain's CacheStats names, ``workflows``).
+
+Hints: vLLM hands ``kv_transfer_params`` (any JSON) to the scheduler's ``Request``; kvflow's one
+client puts hints in ``custom_params.kvflow``, which vLLM accepts and drops. A middleware on
+``/v1/chat/completions`` and ``/v1/completions`` validates either placement (400 naming the
+field), moves ``custom_params.kvflow`` to ``kv_transfer_params.kvflow``, and turns the hint's
+``fixed_prefix`` (leading messages, or characters of a text prompt) into tokens with the served
+model's tokenizer and chat template, so the scheduler tags exactly the fixed prompt.
+
+vLLM's ``--api-key`` guards ``/v1`` only: these routes check the same key themselves.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError, StepsUpdate, extract_hint
+
+from . import PLUGIN_NAME, UTILITY
+from .state import HINT_KEY, PREFIX_TOKENS_KEY
+
+__all__ = ["KVFlowEndpoints", "rewrite_body", "PROTOCOL_VERSION", "HINT_ROUTES"]
+
+PROTOCOL_VERSION = 1
+HINT_ROUTES = ("/v1/chat/completions", "/v1/completions")
+MAX_BODY_BYTES = 64 << 20
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "code": status}})
+
+
+def _template_ids(tokenizer: Any, messages: list[Any]) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=False)
+    if isinstance(out, dict) or hasattr(out, "keys"):
+        out = out["input_ids"]
+    return list(out)
+
+
+def rewrite_body(body: dict[str, Any], route: str, tokenizer: Any | None) -> dict[str, Any] | None:
+    """The body with its hint where the scheduler reads it; ``None`` when it carries no hint.
+    Raises :class:`HintError` naming the problem."""
+    params = body.get("kv_transfer_params")
+    if params is not None and not isinstance(params, dict):
+        raise HintError("kv_transfer_params must be an object")
+    hint = extract_hint(body)  # custom_params.kvflow
+    if hint is None and params and params.get(HINT_KEY) is not None:
+        hint = extract_hint({"custom_params": {"kvflow": params[HINT_KEY]}})
+    if hint is None:
+        return None
+    params = dict(params or {})
+    params[HINT_KEY] = hint.model_dump(mode="json")
+    if hint.fixed_prefix is not None and tokenizer is not None and PREFIX_TOKENS_KEY not in params:
+        if route.endswith("chat/completions") and isinstance(body.get("messages"), list):
+            fixed = body["messages"][: hint.fixed_prefix]
+            params[PREFIX_TOKENS_KEY] = len(_template_ids(tokenizer, fixed)) if fixed else 0
+        elif isinstance(body.get("prompt"), str):
+            params[PREFIX_TOKENS_KEY] = len(tokenizer.encode(body["prompt"][: hint.fixed_prefix]))
+    out = {k: v for k, v in body.items() if k != "custom_params"}
+    rest = {k: v for k, v in (body.get("custom_params") or {}).items() if k != "kvflow"}
+    if rest:
+        out["custom_params"] = rest
+    out["kv_transfer_params"] = params
+    return out
+
+
+class _HintMiddleware:
+    """Pure ASGI: rewrites hinted chat/completions bodies (see :func:`rewrite_body`)."""
+
+    def __init__(self, app: Any, tokenizer_of: Callable[[], Any]) -> None:
+        self.app = app
+        self.tokenizer_of = tokenizer_of
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in HINT_ROUTES:
+            await self.app(scope, receive, send)
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > MAX_BODY_BYTES:
+                await _error(413, f"request body over {MAX_BODY_BYTES} bytes")(scope, receive, send)
+                return
+            if not message.get("more_body"):
+                break
+        raw = b"".join(chunks)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None  # not JSON: vLLM answers it as usual
+        try:
+            new = rewrite_body(body, scope["path"], self.tokenizer_of()) if isinstance(body, dict) else None
+        except HintError as exc:  # a ValueError too: caught before anything broader
+            await _error(400, str(exc))(scope, receive, send)
+            return
+        if new is not None:
+            raw = json.dumps(new).encode()
+            headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
+            scope = {**scope, "headers": headers + [(b"content-length", str(len(raw)).encode())]}
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+class KVFlowEndpoints:
+    """The endpoint plugin vLLM instantiates (allow it with ``VLLM_PLUGINS=kvflow``)."""
+
+    name = PLUGIN_NAME
+    required_tasks = ("generate",)
+
+    def __init__(self) -> None:
+        self.engine: Any = None
+        self.api_key: str | None = None
+        self.args: Any = None
+        self.tokenizer: Any = None
+
+    def attach_router(self, app: FastAPI) -> None:
+        app.add_api_route(STEPS_ROUTE, self.post_steps, methods=["POST"])
+        app.add_api_route(INFO_ROUTE, self.get_info, methods=["GET"])
+        app.add_api_route(STATS_ROUTE, self.get_stats, methods=["GET"])
+        app.add_middleware(_HintMiddleware, tokenizer_of=lambda: self.tokenizer)
+
+    async def init_state(self, engine_client: Any, state: Any, args: Any) -> None:
+        self.engine, self.args = engine_client, args
+        self.api_key = getattr(args, "api_key", None)
+        if isinstance(self.api_key, list):
+            self.api_key = self.api_key[0] if self.api_key else None
+        renderer = getattr(engine_client, "renderer", None)
+        if renderer is not None:
+            self.tokenizer = renderer.get_tokenizer()
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _refuse(self, request: Request) -> JSONResponse | None:
+        if self.engine is None:
+            return _error(503, "the vLLM engine is not running", "server_error")
+        if self.api_key:
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+                return _error(401, "missing or wrong API key ('Authorization: Bearer K')", "authentication_error")
+        return None
+
+    async def _call(self, verb: str, payload: Any = None, *, every_engine: bool = False) -> Any:
+        core = self.engine.engine_core
+        if every_engine and hasattr(core, "call_utility_all_async"):
+            return (await core.call_utility_all_async(UTILITY, verb, payload))[0]
+        return await core.call_utility_async(UTILITY, verb, payload)
+
+    def _model_name(self) -> str | None:
+        served = getattr(self.args, "served_model_name", None)
+        if isinstance(served, (list, tuple)):
+            served = served[0] if served else None
+        return served or getattr(self.args, "model", None)
+
+    # ---- routes --------------------------------------------------------------------------------
+    async def post_steps(self, request: Request) -> JSONResponse:
+        if (refused := self._refuse(request)) is not None:
+            return refused
+        try:
+            body = json.loads(await request.body() or b"null")
+        except ValueError as exc:
+            return _error(400, f"body is not valid JSON: {exc}")
+        if not isinstance(body, dict):
+            return _error(422, "body must be a JSON object (a StepsUpdate)")
+        try:
+            update = StepsUpdate.model_validate(body)
+        except (ValidationError, HintError) as exc:
+            if isinstance(exc, ValidationError):
+                exc = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+            return _error(422, f"invalid steps update: {exc}")
+        reply = await self._call("steps", update.model_dump(mode="json"), every_engine=True)
+        return JSONResponse({"ok": True, "workflow_id": update.workflow_id, "agents": len(update.steps),
+                             "done": update.done, **({"ignored": reply["ignored"]} if "ignored" in reply else {})})
+
+    async def get_info(self, request: Request) -> JSONResponse:
+        if (refused := self._refuse(request)) is not None:
+            return refused
+        import vllm
+
+        core = await self._call("info")
+        config = getattr(self.engine, "vllm_config", None)
+        cache = getattr(config, "cache_config", None)
+        return JSONResponse({
+            "backend": "vllm",
+            "protocol": PROTOCOL_VERSION,
+            "model": self._model_name(),
+            "vllm_version": vllm.__version__,
+            "policy": core.get("policy", "lru"),
+            "prefetch": False,
+            "tiers": ["device", "host"] if getattr(getattr(config, "kv_transfer_config", None), "kv_connector",
+                                                   None) == "OffloadingConnector" else ["device"],
+            "capacities": {
+                "block_size": getattr(cache, "block_size", None),
+                "num_gpu_blocks": getattr(cache, "num_gpu_blocks", None),
+                "device_tokens": core.get("device_tokens"),
+            },
+            "hints": {"openai": ["custom_params.kvflow", "kv_transfer_params.kvflow"]},
+            "routes": {"steps": STEPS_ROUTE, "stats": STATS_ROUTE},
+        })
+
+    async def get_stats(self, request: Request) -> JSONResponse:
+        if (refused := self._refuse(request)) is not None:
+            return refused
+        return JSONResponse(await self._call("stats"))

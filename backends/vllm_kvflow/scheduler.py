@@ -1,0 +1,177 @@
+"""``KVFlowScheduler``: vLLM's scheduler with the brain's eviction order on its prefix cache.
+
+vLLM evicts a cached block when ``BlockPool.get_new_blocks`` pops it from the head of the free
+queue; stock ``free_blocks`` appends hashed blocks at the tail (LRU). This subclass keeps the queue
+as ``[unhashed | untagged, LRU | tagged, in kvflow_key order]``: after every free, and whenever a
+hint or steps update changes steps, the free blocks of tagged prefixes are moved behind the others
+in the brain's order (``kvflow_key``: untagged first, then agents not expected again, then by
+descending steps-to-execution; LRU within a tie). Blocks in use are never touched.
+
+Hints come from ``Request.kv_transfer_params["kvflow"]`` (the endpoint plugin also moves
+``custom_params.kvflow`` there); steps updates and stats arrive through the ``kvflow_call``
+utility (:mod:`.plugin`). Options: the ``KVFLOW_VLLM_CONFIG`` JSON object holds
+:class:`~backends.kvcache.CacheConfig` fields (``device_tokens`` is always the real pool's).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import fields
+from typing import Any, Callable
+
+from vllm.v1.core.kv_cache_utils import get_block_hash
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from backends.kvcache.config import CacheConfig
+from kvflow_orch.protocol import StepsUpdate
+
+from . import CONFIG_ENV, POLICY_NAME, UTILITY
+from .state import KVFlowState, set_current_state
+
+__all__ = ["KVFlowScheduler", "cache_config_from_env", "install_pool_hooks", "reorder_free_queue"]
+
+logger = logging.getLogger(__name__)
+
+_GROUP = [0]  # the single full-attention KV cache group of the models this targets
+
+
+def cache_config_from_env(device_tokens: int, environ: dict[str, str] | None = None) -> CacheConfig:
+    """The brain's config: ``KVFLOW_VLLM_CONFIG`` options over ``device_tokens`` (the real pool).
+    Raises ValueError naming an unknown option or a bad value."""
+    raw = (environ if environ is not None else os.environ).get(CONFIG_ENV) or "{}"
+    try:
+        options = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"{CONFIG_ENV} is not valid JSON: {exc}") from None
+    if not isinstance(options, dict):
+        raise ValueError(f"{CONFIG_ENV} must be a JSON object of CacheConfig options")
+    known = {f.name for f in fields(CacheConfig)} - {"device_tokens"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown kvflow option(s) {', '.join(unknown)} in {CONFIG_ENV}; known: {', '.join(sorted(known))}")
+    if options.get("policy", POLICY_NAME) != POLICY_NAME:
+        raise ValueError(f"KVFlowScheduler runs the kvflow policy only (stock vLLM is the lru baseline), "
+                         f"got policy {options['policy']!r}")
+    return CacheConfig(device_tokens=device_tokens, **options)
+
+
+def install_pool_hooks(pool: Any, state: KVFlowState, reorder: Callable[[], int]) -> None:
+    """Wrap ``pool``'s free path (stamp freed tagged blocks, then ``reorder``) and its eviction
+    (count evicted tokens). The stock methods still do all of the pool's own work."""
+    stock_free, stock_evict = pool.free_blocks, pool._maybe_evict_cached_block
+
+    def free_blocks(ordered_blocks: Any) -> None:
+        blocks = list(ordered_blocks)
+        stock_free(blocks)
+        freed = False
+        for block in blocks:
+            if block.ref_cnt == 0 and block.block_hash is not None:
+                state.note_freed(get_block_hash(block.block_hash))
+                freed = True
+        if freed:
+            reorder()
+
+    def maybe_evict(block: Any) -> bool:
+        evicted = stock_evict(block)
+        if evicted:
+            state.stats.evicted_device_tokens += state.block_size
+        return evicted
+
+    pool.free_blocks = free_blocks
+    pool._maybe_evict_cached_block = maybe_evict
+
+
+def reorder_free_queue(pool: Any, state: KVFlowState) -> int:
+    """Move every free block of a tagged prefix to the tail of ``pool``'s free queue, in the
+    brain's eviction order (so untagged blocks are evicted before any of them); returns how many
+    moved. O(tagged blocks)."""
+    if not state.tags:
+        return 0
+    free_tagged = []
+    for block_hash in state.tags:
+        blocks = pool.get_cached_block(block_hash, _GROUP)
+        if blocks and blocks[0].ref_cnt == 0 and not blocks[0].is_null:
+            free_tagged.append((block_hash, blocks[0]))
+    if not free_tagged:
+        return 0
+    ordered = state.order(free_tagged)
+    queue = pool.free_block_queue
+    for block in ordered:
+        queue.remove(block)
+    queue.append_n(ordered)
+    state.counters["reorders"] += 1
+    return len(ordered)
+
+
+class KVFlowScheduler(Scheduler):
+    """``--scheduler-cls backends.vllm_kvflow.scheduler.KVFlowScheduler``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        manager = self.kv_cache_manager
+        pool = manager.block_pool
+        self._pool = pool
+        hash_size = getattr(self, "hash_block_size", None) or self.block_size
+        self._active = pool.enable_caching and len(self.kv_cache_config.kv_cache_groups) == 1 \
+            and hash_size == self.block_size
+        if not self._active:
+            logger.warning("kvflow: prefix caching off, several KV cache groups or hash block size %s != block "
+                           "size %s: the free queue keeps vLLM's LRU order", hash_size, self.block_size)
+        usable = (pool.num_gpu_blocks - 1) * self.block_size  # block 0 is vLLM's null block
+        self.kvflow = KVFlowState(cache_config_from_env(usable), self.block_size)
+        set_current_state(self.kvflow)
+        self._counted: set[str] = set()
+        install_pool_hooks(pool, self.kvflow, self.reorder)
+        logger.info("kvflow: workflow-aware free queue on %d blocks of %d tokens (namespace cap %d tokens)",
+                    pool.num_gpu_blocks - 1, self.block_size, self.kvflow.config.effective_namespace_cap)
+
+    # ---- requests ----------------------------------------------------------------------------
+    def add_request(self, request: Any) -> None:
+        new = request.request_id not in self.requests
+        super().add_request(request)
+        if new and request.prompt_token_ids is not None:
+            ref = self.kvflow.on_request(request.kv_transfer_params, request.prompt_token_ids, request.block_hashes)
+            if ref is not None:
+                self.reorder()
+
+    def _get_local_prefix_cache_hit(self, request: Any) -> Any:
+        result = super()._get_local_prefix_cache_hit(request)
+        if request.request_id not in self._counted:  # once per request, not per scheduling attempt
+            self._counted.add(request.request_id)
+            hit = min(result[1], request.num_prompt_tokens)
+            self.kvflow.stats.device_hit_tokens += hit
+            self.kvflow.stats.recomputed_tokens += request.num_prompt_tokens - hit
+        return result
+
+    def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        self._counted.discard(request.request_id)
+        return super()._free_request(request, *args, **kwargs)
+
+    # ---- order -------------------------------------------------------------------------------
+    def reorder(self) -> int:
+        """Put the tagged free blocks in the brain's order (see :func:`reorder_free_queue`)."""
+        if not self._active:
+            return 0
+        return reorder_free_queue(self._pool, self.kvflow)
+
+    # ---- the utility the API server calls ----------------------------------------------------
+    def kvflow_call(self, verb: str, payload: Any = None) -> dict[str, Any]:
+        """``steps`` (payload: a StepsUpdate as JSON), ``stats`` or ``info``. Raises ValueError on
+        an unknown verb or a malformed update (the route validated it already)."""
+        if verb == "steps":
+            self.kvflow.apply_steps(StepsUpdate.model_validate(payload))
+            self.reorder()
+            return {"ok": True}
+        if verb == "stats":
+            return {"policy": POLICY_NAME, "free_blocks": self._pool.get_num_free_blocks(),
+                    **self.kvflow.snapshot()}
+        if verb == "info":
+            return {"policy": POLICY_NAME, "block_size": self.block_size,
+                    "device_tokens": self.kvflow.config.device_tokens, "active": self._active}
+        raise ValueError(f"unknown kvflow verb {verb!r}; known: steps, stats, info")
+
+
+# Named so the general plugin can recognise the scheduler without importing this module.
+setattr(KVFlowScheduler, UTILITY, KVFlowScheduler.kvflow_call)

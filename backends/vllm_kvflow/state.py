@@ -1,0 +1,149 @@
+"""KVFlow state inside one vLLM engine-core process: the brain's hint table, agent tags on prefix
+block hashes, and the counters ``/kvflow/v1/stats`` reports.
+
+Pure Python (no vLLM import): the scheduler subclass owns one :class:`KVFlowState` and calls its
+verbs; tests drive it directly. Tags are keyed by vLLM's block hash, which is a function of the
+block's tokens and its parent's hash, so a tag outlives the block that carried it: a prefix that
+is evicted and recomputed gets the same hash and is tagged again without a new hint.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, OrderedDict
+from typing import Any, Hashable, Iterable, Mapping
+
+from backends.kvcache.config import CacheConfig
+from backends.kvcache.hints import AgentRef, HintTable
+from backends.kvcache.policy import kvflow_key
+from backends.kvcache.segment import Segmenter
+from backends.kvcache.stats import CacheStats
+from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate
+
+__all__ = ["HINT_KEY", "PREFIX_TOKENS_KEY", "KVFlowState", "read_hint", "current_state", "set_current_state"]
+
+HINT_KEY = "kvflow"                     # kv_transfer_params["kvflow"]: a KVFlowHint as JSON
+PREFIX_TOKENS_KEY = "kvflow_prefix_tokens"  # its fixed prefix in tokens, when the API server knew it
+
+# Counters of this backend beyond the brain's CacheStats (which the conformance suite compares).
+EXTRA_COUNTERS = ("hinted_requests", "bad_hints", "steps_updates", "tagged_requests", "reorders")
+
+
+def read_hint(params: Mapping[str, Any] | None) -> tuple[KVFlowHint, int | None] | None:
+    """The hint a request's ``kv_transfer_params`` carries, with its explicit fixed-prefix length in
+    tokens (``None``: infer it); ``None`` without a hint. Raises :class:`HintError` when malformed."""
+    if not params or params.get(HINT_KEY) is None:
+        return None
+    try:
+        hint = KVFlowHint.model_validate(params[HINT_KEY])
+    except Exception as exc:  # pydantic's ValidationError, or HintError from check_steps
+        raise HintError(f"invalid kvflow hint: {exc}") from None
+    tokens = params.get(PREFIX_TOKENS_KEY)
+    if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
+        raise HintError(f"{PREFIX_TOKENS_KEY} must be an integer >= 0, got {tokens!r}")
+    return hint, tokens
+
+
+class KVFlowState:
+    """Hints, tags and counters of one scheduler. Not thread-safe: the engine-core loop is its
+    only writer (requests, steps updates and stats calls all arrive on that loop)."""
+
+    def __init__(self, config: CacheConfig, block_size: int, *, max_tagged_blocks: int | None = None) -> None:
+        if block_size <= 0:
+            raise ValueError(f"block_size must be > 0, got {block_size}")
+        self.config = config
+        self.block_size = block_size
+        self.hints = HintTable(ttl_s=config.hint_ttl_s, cap_tokens=config.effective_namespace_cap,
+                               max_workflows=config.max_workflows, max_agents=config.max_tracked_agents)
+        self.segmenter = Segmenter(history=config.segment_history, max_agents=config.max_tracked_agents,
+                                   max_tokens=config.tracked_tokens)
+        # block hash -> agents whose fixed prefix covers it; oldest tagged first (bounded).
+        self.tags: OrderedDict[Hashable, set[AgentRef]] = OrderedDict()
+        self.max_tagged_blocks = max_tagged_blocks or max(4 * config.device_tokens // block_size, 4096)
+        self.last_free: dict[Hashable, int] = {}  # block hash -> free tick (LRU within a tie)
+        self._tick = 0
+        self.stats = CacheStats()
+        self.counters: Counter[str] = Counter({name: 0 for name in EXTRA_COUNTERS})
+
+    # ---- hints ---------------------------------------------------------------------------
+    def on_request(self, params: Mapping[str, Any] | None, prompt_ids: list[int],
+                   block_hashes: list[Hashable]) -> AgentRef | None:
+        """A request arrives: apply its hint and tag the blocks its fixed prefix fills in full.
+        A malformed hint is counted and ignored (the API server already refused it with a 4xx)."""
+        try:
+            found = read_hint(params)
+        except HintError:
+            self.counters["bad_hints"] += 1
+            return None
+        if found is None:
+            return None
+        hint, explicit = found
+        ref: AgentRef = (hint.namespace, hint.agent)
+        self.hints.apply_hint(hint)
+        self.counters["hinted_requests"] += 1
+        fixed = self.segmenter.observe(ref, prompt_ids, explicit)
+        full = min(fixed // self.block_size, len(block_hashes))
+        if full:
+            self.tag(ref, block_hashes[:full])
+            self.hints.note_fixed_tokens(ref, full * self.block_size)
+            self.counters["tagged_requests"] += 1
+        return ref
+
+    def tag(self, ref: AgentRef, hashes: Iterable[Hashable]) -> None:
+        for h in hashes:
+            agents = self.tags.pop(h, None) or set()
+            agents.add(ref)
+            self.tags[h] = agents
+        while len(self.tags) > self.max_tagged_blocks:
+            gone, _ = self.tags.popitem(last=False)
+            self.last_free.pop(gone, None)
+
+    def apply_steps(self, update: StepsUpdate) -> None:
+        self.hints.apply_steps(update)
+        self.counters["steps_updates"] += 1
+
+    # ---- order ---------------------------------------------------------------------------
+    def note_freed(self, block_hash: Hashable) -> None:
+        self._tick += 1
+        if block_hash in self.tags:
+            self.last_free[block_hash] = self._tick
+
+    def key(self, block_hash: Hashable) -> tuple[int, float, float]:
+        """The brain's eviction key of a free block (smaller is evicted first)."""
+        return kvflow_key(self.tags.get(block_hash), self.hints, self.last_free.get(block_hash, 0))
+
+    def order(self, tagged_free: Iterable[tuple[Hashable, Any]]) -> list[Any]:
+        """Tagged free blocks ``(hash, block)`` in eviction order, first evicted first."""
+        self.hints.expire()
+        return [block for _, block in sorted(tagged_free, key=lambda item: self.key(item[0]))]
+
+    # ---- reporting ---------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-ready counters (no prompts, no workflow ids): the brain's CacheStats fields, then
+        this backend's own."""
+        protected = sum(1 for agents in self.tags.values()
+                        if any(self.hints.steps(ref) != math.inf for ref in agents))
+        return {
+            **self.stats.as_dict(),
+            **self.counters,
+            "workflows": self.hints.workflow_count,
+            "tagged_blocks": len(self.tags),
+            "protected_blocks": protected,
+            "block_size": self.block_size,
+            "device_tokens": self.config.device_tokens,
+            "namespace_cap_tokens": self.config.effective_namespace_cap,
+        }
+
+
+# The scheduler's state, for the host tier's cache policy in the same engine-core process (vLLM
+# builds the policy itself, with no handle on the scheduler).
+_CURRENT: KVFlowState | None = None
+
+
+def current_state() -> KVFlowState | None:
+    return _CURRENT
+
+
+def set_current_state(state: KVFlowState | None) -> None:
+    global _CURRENT
+    _CURRENT = state

@@ -1,0 +1,163 @@
+"""Stock vLLM (LRU prefix cache) vs vLLM with kvflow, side by side in one run, on vLLM's CPU build.
+
+    .venv/bin/python benchmarks/vllm_kvflow.py [--rounds 4] [--fix-rounds 2] [--out benchmarks/results/vllm]
+
+For each policy (``lru`` = stock vLLM, ``kvflow``) the script starts ``kvflow serve --engine vllm``
+on SmolLM2-135M (with ``.venv-vllm``'s Python), drives the real kvflow runtime over HTTP through
+two workloads, and reads vLLM's own ``/metrics`` counters around each:
+
+* ``cycle``: the paper's sequential workflow with six agents in a cycle (each fixed prompt 700
+  tokens, 32 dynamic, 32 out), ``--rounds`` rounds (``workflows.synthetic``);
+* ``metagpt``: the MetaGPT-style company with its Engineer <-> QA loop (``workflows.metagpt``, fixed
+  prompts 700-900 tokens).
+
+The KV pool holds about half of the six agents' fixed prompts. Printed: prefix-cache hit ratio
+(``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``), end-to-end workflow time, their
+kvflow/stock ratios, and whether every greedy reply is identical under both policies. The machine
+may be shared: the ratios of one run, measured back to back, are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from backends.vllm_kvflow.launcher import running  # noqa: E402
+from kvflow_orch.runtime import run  # noqa: E402
+from workflows.metagpt import metagpt  # noqa: E402
+from workflows.synthetic import synthetic  # noqa: E402
+
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+BLOCK = 128
+
+
+def _metric(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith(name + "_created"):
+            match = re.match(rf"{re.escape(name)}(?:_total)?(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)$", line)
+            if match:
+                total += float(match.group(1))
+    return total
+
+
+def _counters(url: str) -> dict[str, float]:
+    text = httpx.get(url + "/metrics", timeout=30).text
+    return {"hits": _metric(text, "vllm:prefix_cache_hits"), "queries": _metric(text, "vllm:prefix_cache_queries")}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(model: Path, policy: str, device_tokens: int, log: Path, dtype: str) -> Iterator[str]:
+    port = _free_port()
+    argv = [str(VLLM_PYTHON), "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
+            "--policy", policy, "--device-tokens", str(device_tokens), "--port", str(port), "--dtype", dtype]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT) as url:
+        yield url
+
+
+def run_policy(model: Path, policy: str, device_tokens: int, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
+    workloads = {
+        "cycle": (synthetic(n_agents=6, fixed=700, dynamic=32, output=32, rounds=args.rounds), {}),
+        "metagpt": (metagpt(fix_rounds=args.fix_rounds, max_tokens=args.metagpt_tokens),
+                    {"idea": "a command-line todo app"}),
+    }
+    out: dict[str, Any] = {}
+    started = time.monotonic()
+    with server(model, policy, device_tokens, logs / f"vllm-{policy}.log", args.dtype) as url:
+        print(f"  {policy}: vLLM ready in {time.monotonic() - started:.0f} s", flush=True)
+        # warm-up outside the measurement (first-request compile paths)
+        httpx.post(url + "/v1/completions", json={"prompt": "warm up", "max_tokens": 2, "temperature": 0}, timeout=300)
+        for name, (wf, inputs) in workloads.items():
+            before = _counters(url)
+            t0 = time.monotonic()
+            result = run(wf, inputs, backend=url)
+            elapsed = time.monotonic() - t0
+            after = _counters(url)
+            hits, queries = after["hits"] - before["hits"], after["queries"] - before["queries"]
+            out[name] = {"seconds": round(elapsed, 2), "hits": int(hits), "queries": int(queries),
+                         "hit_ratio": round(hits / queries, 4) if queries else 0.0,
+                         "state": json.loads(json.dumps(result.state, default=str))}
+            print(f"  {policy} {name}: {elapsed:.1f} s, hit ratio {out[name]['hit_ratio']:.3f} "
+                  f"({int(hits)}/{int(queries)} tokens)", flush=True)
+        with contextlib.suppress(httpx.HTTPError):
+            out["kvflow_stats"] = httpx.get(url + "/kvflow/v1/stats", timeout=30).json()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of the six-agent cycle (default 4)")
+    parser.add_argument("--fix-rounds", type=int, default=2, help="MetaGPT Engineer<->QA fixes (default 2)")
+    parser.add_argument("--metagpt-tokens", type=int, default=48, help="MetaGPT reply cap (default 48)")
+    parser.add_argument("--device-tokens", type=int, default=17 * BLOCK,
+                        help="KV pool in tokens (default 2176: about half the six 700-token fixed prompts)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="vLLM's --dtype (default float32: in bfloat16 a prefix computed in one chunk or "
+                             "another can round differently, so greedy replies may differ between runs that "
+                             "hit different prefixes, whatever the policy)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm")
+    parser.add_argument("--model", type=Path, default=None, help="an exported SmolLM2 directory (default: export one)")
+    args = parser.parse_args(argv)
+    if not VLLM_PYTHON.exists():
+        print("vllm_kvflow: .venv-vllm is missing: run bash .ci/setup-vllm first", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    logs = ROOT / "benchmarks" / "results" / "tmp"
+    logs.mkdir(parents=True, exist_ok=True)
+    model = args.model or logs / "smollm2"
+    if not (model / "config.json").exists():
+        subprocess.run([sys.executable, "-m", "kvflow_orch.cli", "export-model", "smollm2-135m", str(model)],
+                       cwd=ROOT, check=True)
+    results = {policy: run_policy(model, policy, args.device_tokens, args, logs) for policy in ("lru", "kvflow")}
+    report: dict[str, Any] = {
+        "command": "benchmarks/vllm_kvflow.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus (shared), vllm-cpu 0.32.0, SmolLM2-135M {args.dtype}",
+        "device_tokens": args.device_tokens, "block_size": BLOCK, "workloads": {},
+    }
+    print(f"\n{'workload':10} {'policy':7} {'time s':>8} {'hit ratio':>10}")
+    for name in ("cycle", "metagpt"):
+        lru, kv = results["lru"][name], results["kvflow"][name]
+        for policy, row in (("lru", lru), ("kvflow", kv)):
+            print(f"{name:10} {policy:7} {row['seconds']:8.1f} {row['hit_ratio']:10.3f}")
+        same = lru["state"] == kv["state"]
+        speedup = lru["seconds"] / kv["seconds"] if kv["seconds"] else float("nan")
+        hit_x = kv["hit_ratio"] / lru["hit_ratio"] if lru["hit_ratio"] else float("inf")
+        print(f"{name:10} kvflow/stock: hit ratio x{hit_x:.2f}, end-to-end x{speedup:.2f} faster, "
+              f"greedy outputs identical: {same}")
+        report["workloads"][name] = {
+            "lru": {k: v for k, v in lru.items() if k != "state"},
+            "kvflow": {k: v for k, v in kv.items() if k != "state"},
+            "hit_ratio_x": round(hit_x, 3) if hit_x != float("inf") else "inf",
+            "speedup_x": round(speedup, 3), "outputs_identical": same,
+        }
+    report["kvflow_stats"] = results["kvflow"].get("kvflow_stats")
+    path = args.out / f"kvflow_vs_lru_{args.dtype}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

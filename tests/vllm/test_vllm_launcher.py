@@ -1,0 +1,85 @@
+"""``kvflow serve --engine vllm``'s command line (no vLLM needed: nothing is started)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from backends.vllm_kvflow import CONFIG_ENV, SCHEDULER_CLS
+from backends.vllm_kvflow.launcher import build_command, kv_bytes_per_token, plan_from_args
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    config = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576,
+              "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_kvflow_policy_loads_the_scheduler_the_plugin_and_sizes_the_pool_in_blocks(model_dir: Path) -> None:
+    plan = build_command(str(model_dir), ["--max-model-len", "4096"], device_tokens=1000, port=8123, api_key="k")
+    argv = plan.argv
+    assert argv[argv.index("--scheduler-cls") + 1] == SCHEDULER_CLS
+    assert argv[argv.index("--num-gpu-blocks-override") + 1] == "9"  # ceil(1000 / 128) + vLLM's null block
+    assert "--enable-prefix-caching" in argv and argv[argv.index("--port") + 1] == "8123"
+    assert argv[argv.index("--api-key") + 1] == "k" and argv[-2:] == ["--max-model-len", "4096"]
+    assert argv.count("--max-model-len") == 1  # the caller's wins; kvflow adds none
+    assert plan.env["VLLM_PLUGINS"] == "kvflow" and json.loads(plan.env[CONFIG_ENV]) == {"prefetch": True}
+
+
+def test_lru_is_stock_vllm_with_the_routes(model_dir: Path) -> None:
+    plan = build_command(str(model_dir), ["--block-size", "16"], policy="lru", device_tokens=1000)
+    assert "--scheduler-cls" not in plan.argv and CONFIG_ENV not in plan.env
+    assert plan.argv[plan.argv.index("--num-gpu-blocks-override") + 1] == "64"  # ceil(1000 / 16) + 1
+    assert plan.env["VLLM_PLUGINS"] == "kvflow"
+    # vLLM refuses to start when one full-length sequence cannot fit: the pool bounds it
+    assert plan.argv[plan.argv.index("--max-model-len") + 1] == "1008"
+
+
+def test_host_tokens_size_the_offloading_tier_from_the_model_config(model_dir: Path) -> None:
+    per_token = kv_bytes_per_token(str(model_dir))
+    assert per_token == 2 * 30 * 3 * 64 * 2
+    plan = build_command(str(model_dir), host_tokens=2**20)
+    gib = float(plan.argv[plan.argv.index("--kv-offloading-size") + 1])
+    assert gib == pytest.approx(per_token * 2**20 / 2**30, rel=1e-5)
+    assert json.loads(plan.env[CONFIG_ENV])["host_tokens"] == 2**20
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"policy": "belady"}, "policy must be"),
+    ({"model": "smollm2-135m"}, "export-model"),
+    ({"extra_argv": ["--no-enable-prefix-caching"]}, "prefix cache"),
+    ({"extra_argv": ["--scheduler-cls", "x.Y"]}, "--scheduler-cls"),
+    ({"extra_argv": ["--block-size", "0"]}, "block-size"),
+])
+def test_bad_combinations_name_the_problem(model_dir: Path, kwargs: dict, message: str) -> None:
+    model = kwargs.pop("model", str(model_dir))
+    with pytest.raises(ValueError, match=message):
+        build_command(model, **kwargs)
+
+
+def test_missing_config_json_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="config.json"):
+        build_command(str(tmp_path), host_tokens=10)
+
+
+def test_plan_from_serve_arguments(model_dir: Path) -> None:
+    args = Namespace(model=str(model_dir), policy="kvflow", host="127.0.0.1", port=30000, api_key=None,
+                     device_tokens=None, host_tokens=None, no_prefetch=True)
+    plan = plan_from_args(args, ["--dtype", "float32"])
+    assert "--num-gpu-blocks-override" not in plan.argv and plan.argv[-2:] == ["--dtype", "float32"]
+    assert json.loads(plan.env[CONFIG_ENV]) == {"prefetch": False}
+
+
+def test_cli_refuses_a_builtin_model_name_with_a_clear_message() -> None:
+    out = subprocess.run([sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", "tiny-random"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "kvflow export-model tiny-random DIR" in out.stderr

@@ -1,0 +1,49 @@
+"""Start ``kvflow serve --engine vllm`` as a subprocess for a test module (vLLM's first start takes
+minutes on two cores, so each module starts one server and shares it), and export SmolLM2 once."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+SKIP_REASON = "vLLM is not installed in this Python (bash .ci/setup-vllm builds .venv-vllm; run the tests with it)"
+START_TIMEOUT_S = float(os.environ.get("KVFLOW_VLLM_START_TIMEOUT_S", "900"))
+
+requires_vllm = pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON)
+
+
+def export_smollm2(folder: Path) -> Path:
+    out = folder / "smollm2"
+    if not (out / "config.json").exists():
+        subprocess.run([sys.executable, "-m", "kvflow_orch.cli", "export-model", "smollm2-135m", str(out)],
+                       cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def vllm_server(model: Path, log: Path, flags: Sequence[str] = (), *, kv_space_gib: int = 1) -> Iterator[str]:
+    """Run ``kvflow serve --engine vllm --model MODEL FLAGS`` until /health answers; yield its URL."""
+    from backends.vllm_kvflow.launcher import running
+
+    port = _free_port()
+    argv = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
+            "--port", str(port), *flags]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib)}
+    with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT, timeout_s=START_TIMEOUT_S) as url:
+        yield url
