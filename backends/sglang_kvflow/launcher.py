@@ -17,28 +17,17 @@ measures the policy, not the core. SGLang chooses the core by environment variab
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
-import subprocess
 import sys
-from dataclasses import dataclass, field
 from typing import Sequence
 
+from backends.launch import LaunchPlan, run_plan
 from . import DISABLE_ENV, POLICY_NAME, TREE_CORE_ENV
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "parse_args", "main", "TREE_CORES"]
 
 BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
 TREE_CORES = ("python", "rust")
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """The SGLang command line and the environment additions it needs."""
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def build_command(
@@ -114,21 +103,9 @@ def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> Launc
 
 def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:
     """Run SGLang in the foreground; returns its exit status (2 for a usage error)."""
-    try:
-        plan = plan_from_args(args, extra_argv)
-    except ValueError as exc:
-        print(f"kvflow serve: {exc}", file=sys.stderr)
-        return 2
-    if importlib.util.find_spec("sglang") is None:
-        print("kvflow serve: --engine sglang needs the sglang package (pip install 'kvflow[sglang]' on a "
-              "CUDA machine); this Python has none", file=sys.stderr)
-        return 2
-    print("kvflow serve: " + " ".join(f"{k}={v}" for k, v in plan.env.items()) + " " + " ".join(plan.argv),
-          file=sys.stderr, flush=True)
-    try:
-        return subprocess.call(plan.argv, env={**os.environ, **plan.env})
-    except KeyboardInterrupt:
-        return 130
+    return run_plan(lambda: plan_from_args(args, extra_argv), package="sglang",
+                    missing="--engine sglang needs the sglang package (pip install 'kvflow[sglang]' on a "
+                            "CUDA machine); this Python has none")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:

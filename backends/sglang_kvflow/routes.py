@@ -16,9 +16,8 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 
-from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, StepsUpdate, steps_as_json
+from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError, read_steps_update, steps_as_json
 
 from .hints_bridge import KVFlowStatsReq, KVFlowStepsReq
 from .stats import merge_stats
@@ -45,16 +44,9 @@ def _tokenizer_manager() -> Any:
 
 async def post_steps(request: Request) -> JSONResponse:
     try:
-        body = json.loads(await request.body() or b"null")
-    except ValueError as exc:
-        return _error(400, f"body is not valid JSON: {exc}")
-    if not isinstance(body, dict):
-        return _error(422, "body must be a JSON object (a StepsUpdate)")
-    try:
-        update = StepsUpdate.model_validate(body)
-    except ValidationError as exc:
-        fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-        return _error(422, f"invalid steps update: {fields}")
+        update = read_steps_update(await request.body())
+    except HintError as exc:
+        return _error(exc.status, str(exc))
     manager = _tokenizer_manager()
     if manager is None:
         return _not_running()

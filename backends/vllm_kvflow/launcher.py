@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import math
 import os
@@ -26,10 +25,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from backends.launch import LaunchPlan, run_plan
 from . import CONFIG_ENV, PLUGIN_NAME, POLICY_NAME, SCHEDULER_CLS
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "main", "block_size_of", "kv_bytes_per_token",
@@ -39,14 +38,6 @@ BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
 OFFLOAD_POLICY, OFFLOAD_MODULE = "KVFlowCachePolicy", "backends.vllm_kvflow.offload"  # see offload.py
 CPU_BLOCK_SIZE = 128  # vLLM's CPU backend default; --block-size in the pass-through flags overrides it
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """The vLLM command line and the environment additions it needs."""
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def _flag_value(argv: Sequence[str], name: str) -> str | None:
@@ -170,22 +161,9 @@ def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> Launc
 
 def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:
     """Run vLLM in the foreground; returns its exit status (2 for a usage error)."""
-    try:
-        plan = plan_from_args(args, extra_argv)
-    except ValueError as exc:
-        print(f"kvflow serve: {exc}", file=sys.stderr)
-        return 2
-    if importlib.util.find_spec("vllm") is None:
-        print("kvflow serve: --engine vllm needs vLLM in this Python (pip install 'kvflow[vllm]', or on CPU "
-              "bash .ci/setup-vllm and use .venv-vllm/bin/python)", file=sys.stderr)
-        return 2
-    print("kvflow serve: " + " ".join(f"{k}={v}" for k, v in plan.env.items()) + " " + " ".join(plan.argv),
-          file=sys.stderr, flush=True)
-    try:
-        return subprocess.call(plan.argv, env={**os.environ, **plan.env})
-    except KeyboardInterrupt:
-        return 130
-
+    return run_plan(lambda: plan_from_args(args, extra_argv), package="vllm",
+                    missing="--engine vllm needs vLLM in this Python (pip install 'kvflow[vllm]', or on CPU "
+                            "bash .ci/setup-vllm and use .venv-vllm/bin/python)")
 
 @contextlib.contextmanager
 def running(argv: Sequence[str], url: str, log: Path, *, env: dict[str, str] | None = None,

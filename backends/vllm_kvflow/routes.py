@@ -23,9 +23,8 @@ from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 
-from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError, StepsUpdate, extract_hint
+from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError, extract_hint, read_steps_update
 
 from . import PLUGIN_NAME, UTILITY
 from .state import HINT_KEY, PREFIX_TOKENS_KEY
@@ -178,17 +177,9 @@ class KVFlowEndpoints:
         if (refused := self._refuse(request)) is not None:
             return refused
         try:
-            body = json.loads(await request.body() or b"null")
-        except ValueError as exc:
-            return _error(400, f"body is not valid JSON: {exc}")
-        if not isinstance(body, dict):
-            return _error(422, "body must be a JSON object (a StepsUpdate)")
-        try:
-            update = StepsUpdate.model_validate(body)
-        except (ValidationError, HintError) as exc:
-            if isinstance(exc, ValidationError):
-                exc = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-            return _error(422, f"invalid steps update: {exc}")
+            update = read_steps_update(await request.body())
+        except HintError as exc:
+            return _error(exc.status, str(exc))
         reply = await self._call("steps", update.model_dump(mode="json"), every_engine=True)
         return JSONResponse({"ok": True, "workflow_id": update.workflow_id, "agents": len(update.steps),
                              "done": update.done, **({"ignored": reply["ignored"]} if "ignored" in reply else {})})

@@ -16,7 +16,8 @@ from .errors import HintError
 from .limits import DEFAULT_NAMESPACE, MAX_AGENTS, MAX_NAME_LEN, check_name, check_steps, steps_as_json
 from .sampling import Sampling
 from .trace import FORMAT_VERSION, CallRecord, NodeRecord, read_calls, write_calls
-from .wire import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_hint, extract_hint
+from .wire import (INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_hint, extract_hint,
+                   read_steps_update)
 
 __all__ = [
     "MAX_NAME_LEN",
@@ -34,6 +35,7 @@ __all__ = [
     "steps_as_json",
     "attach_hint",
     "extract_hint",
+    "read_steps_update",
     "FORMAT_VERSION",
     "NodeRecord",
     "CallRecord",

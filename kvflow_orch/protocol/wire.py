@@ -13,6 +13,8 @@ run again") in Python, non-negative numbers or ``null`` on the wire.
 
 from __future__ import annotations
 
+import json
+
 import logging
 from typing import Any, Mapping
 
@@ -21,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 from .errors import HintError
 from .limits import DEFAULT_NAMESPACE, check_name, check_steps, steps_as_json
 
-__all__ = ["STEPS_ROUTE", "INFO_ROUTE", "STATS_ROUTE", "KVFlowHint", "StepsUpdate", "attach_hint", "extract_hint"]
+__all__ = ["STEPS_ROUTE", "INFO_ROUTE", "STATS_ROUTE", "KVFlowHint", "StepsUpdate", "attach_hint", "extract_hint",
+           "read_steps_update"]
 
 STEPS_ROUTE = "/kvflow/v1/steps"
 INFO_ROUTE = "/kvflow/v1/info"
@@ -126,6 +129,23 @@ def extract_hint(body: Mapping[str, Any], *, route: str = "openai") -> KVFlowHin
         return KVFlowHint.model_validate(raw)
     except ValidationError as exc:
         raise HintError(f"invalid kvflow hint: {_describe(exc)}") from None
+
+
+def read_steps_update(raw: bytes) -> StepsUpdate:
+    """Parse a ``POST /kvflow/v1/steps`` body (what servers that are not pydantic-routed use).
+
+    Raises :class:`HintError` whose ``status`` is 400 for a body that is not JSON and 422 for JSON
+    that is not a valid :class:`StepsUpdate` (the message names the field)."""
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError as exc:
+        raise HintError(f"body is not valid JSON: {exc}", status=400) from None
+    if not isinstance(body, dict):
+        raise HintError("body must be a JSON object (a StepsUpdate)")
+    try:
+        return StepsUpdate.model_validate(body)
+    except ValidationError as exc:
+        raise HintError(f"invalid steps update: {_describe(exc)}") from None
 
 
 def _describe(exc: ValidationError) -> str:

@@ -123,3 +123,15 @@ def test_the_one_validator_refuses_bad_values(value):
 def test_the_one_validator_refuses_bad_names_and_sizes(steps):
     with pytest.raises(HintError):
         check_steps(steps)
+
+
+def test_read_steps_update_gives_the_status_a_server_answers_with():
+    from kvflow_orch.protocol import read_steps_update
+
+    update = read_steps_update(b'{"workflow_id": "w", "steps": {"a": 1, "b": null}}')
+    assert update.workflow_id == "w" and update.steps == {"a": 1.0, "b": math.inf}
+    for raw, status, needle in ((b"{not json", 400, "not valid JSON"), (b"[1]", 422, "JSON object"),
+                                (b'{"workflow_id": "w", "steps": {"a": -1}}', 422, "steps")):
+        with pytest.raises(HintError) as caught:
+            read_steps_update(raw)
+        assert caught.value.status == status and needle in str(caught.value)

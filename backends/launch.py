@@ -1,0 +1,43 @@
+"""Running an external serving engine (SGLang, vLLM) from ``kvflow serve --engine ...``.
+
+Each engine's launcher turns ``kvflow serve``'s flags into a :class:`LaunchPlan`; this module runs
+a plan in the foreground the same way for every engine. Not a host: both plugins import it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+__all__ = ["LaunchPlan", "run_plan"]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """An engine's command line and the environment additions it needs."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def run_plan(make_plan: Callable[[], LaunchPlan], *, package: str, missing: str) -> int:
+    """Build the plan (a ValueError is a usage error: exit 2, one line), check that ``package`` is
+    importable here (else print ``missing``, exit 2), print the command, run it until it exits."""
+    try:
+        plan = make_plan()
+    except ValueError as exc:
+        print(f"kvflow serve: {exc}", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec(package) is None:
+        print(f"kvflow serve: {missing}", file=sys.stderr)
+        return 2
+    print("kvflow serve: " + " ".join(f"{k}={v}" for k, v in plan.env.items()) + " " + " ".join(plan.argv),
+          file=sys.stderr, flush=True)
+    try:
+        return subprocess.call(plan.argv, env={**os.environ, **plan.env})
+    except KeyboardInterrupt:
+        return 130
