@@ -11,9 +11,9 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
-__all__ = ["LaunchPlan", "run_plan"]
+__all__ = ["LaunchPlan", "run_plan", "serve_options"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,20 @@ class LaunchPlan:
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+
+
+def serve_options(args: Any, default_policy: str) -> dict[str, Any]:
+    """The engine-agnostic flags of ``kvflow serve`` (policy, host, port, API key, pool sizes,
+    prefetch) as keyword arguments for a launcher; attributes ``args`` lacks take their defaults."""
+    return {
+        "policy": getattr(args, "policy", default_policy),
+        "host": getattr(args, "host", "127.0.0.1"),
+        "port": getattr(args, "port", 30000),
+        "api_key": getattr(args, "api_key", None),
+        "device_tokens": getattr(args, "device_tokens", None),
+        "host_tokens": getattr(args, "host_tokens", None),
+        "prefetch": not getattr(args, "no_prefetch", False),
+    }
 
 
 def run_plan(make_plan: Callable[[], LaunchPlan], *, package: str, missing: str) -> int:

@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Sequence
 
-from backends.launch import LaunchPlan, run_plan
+from backends.launch import LaunchPlan, run_plan, serve_options
 from . import DISABLE_ENV, POLICY_NAME, TREE_CORE_ENV
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "parse_args", "main", "TREE_CORES"]
@@ -88,17 +88,7 @@ def build_command(
 
 def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> LaunchPlan:
     """From ``kvflow serve``'s parsed arguments (attributes it may lack take their defaults)."""
-    return build_command(
-        args.model, extra_argv,
-        policy=getattr(args, "policy", POLICY_NAME),
-        host=getattr(args, "host", "127.0.0.1"),
-        port=getattr(args, "port", 30000),
-        api_key=getattr(args, "api_key", None),
-        device_tokens=getattr(args, "device_tokens", None),
-        host_tokens=getattr(args, "host_tokens", None),
-        prefetch=not getattr(args, "no_prefetch", False),
-        tree_core=getattr(args, "tree_core", None),
-    )
+    return build_command(args.model, extra_argv, **serve_options(args, POLICY_NAME), tree_core=getattr(args, "tree_core", None))
 
 
 def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:

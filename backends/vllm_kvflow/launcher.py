@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from backends.launch import LaunchPlan, run_plan
+from backends.launch import LaunchPlan, run_plan, serve_options
 from . import CONFIG_ENV, PLUGIN_NAME, POLICY_NAME, SCHEDULER_CLS
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "main", "block_size_of", "kv_bytes_per_token",
@@ -147,16 +147,7 @@ def build_command(
 
 def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> LaunchPlan:
     """From ``kvflow serve``'s parsed arguments (attributes it may lack take their defaults)."""
-    return build_command(
-        args.model, extra_argv,
-        policy=getattr(args, "policy", POLICY_NAME),
-        host=getattr(args, "host", "127.0.0.1"),
-        port=getattr(args, "port", 30000),
-        api_key=getattr(args, "api_key", None),
-        device_tokens=getattr(args, "device_tokens", None),
-        host_tokens=getattr(args, "host_tokens", None),
-        prefetch=not getattr(args, "no_prefetch", False),
-    )
+    return build_command(args.model, extra_argv, **serve_options(args, POLICY_NAME))
 
 
 def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:
