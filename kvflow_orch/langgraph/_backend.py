@@ -101,7 +101,10 @@ class Backend:
         with self._lock:
             known = self._kvflow.get(target)
         if known is None:
-            known, status = self._probe_gateway() if self.gateway else _probe(target, self._headers)
+            if self.gateway:
+                known, status, why = self._probe_gateway()
+            else:
+                (known, status), why = _probe(target, self._headers), None
             with self._lock:
                 first = target not in self._kvflow
                 self._kvflow.setdefault(target, known)
@@ -111,7 +114,7 @@ class Backend:
                 why = (
                     f"refused {INFO_ROUTE} with HTTP {status} (set KVFLOW_API_KEY to its API key)"
                     if status in (401, 403)
-                    else f"has no {INFO_ROUTE}: it is not a kvflow server"
+                    else why or f"has no {INFO_ROUTE}: it is not a kvflow server"
                 )
                 warnings.warn(
                     f"{target} {why}, so LangGraph LLM calls carry no hints and the cache will not "
@@ -121,8 +124,9 @@ class Backend:
                 )
         return known
 
-    def _probe_gateway(self) -> tuple[bool, int | None]:
-        """Find the gateway's workers (given or listed) and probe the first that answers."""
+    def _probe_gateway(self) -> tuple[bool, int | None, str | None]:
+        """Find the gateway's workers (given or listed) and probe them until one is a kvflow server:
+        (found, the last probe's HTTP status, why not when none is)."""
         assert self.url is not None
         workers = self._workers
         if not workers:
@@ -130,9 +134,8 @@ class Backend:
                 listing = httpx.get(self.url + "/workers", timeout=_PROBE_TIMEOUT_S, headers=self._headers,
                                     verify=tls_context())
                 workers = workers_from_listing(self.url, listing)
-            except Exception as exc:  # noqa: BLE001 - no workers: no hints, one warning
-                warnings.warn(f"{exc}; LangGraph LLM calls carry no hints", PlainServerWarning, stacklevel=3)
-                return False, None
+            except Exception as exc:  # noqa: BLE001 - unreachable or no workers: no hints, one warning
+                return False, None, f"is a gateway whose workers are unknown: {exc}"
         status = None
         for worker in workers:
             known, status = _probe(worker, self._headers)
@@ -141,8 +144,8 @@ class Backend:
                     if self.router is None:
                         key = os.environ.get("KVFLOW_API_KEY")
                         self.router = StepsRouter(workers, timeout_s=_PROBE_TIMEOUT_S, api_key=key)
-                return True, status
-        return False, status
+                return True, status, None
+        return False, status, f"is a gateway none of whose workers ({', '.join(workers)}) answers {INFO_ROUTE}"
 
     # ------------------------------------------------------------------ updates
     def send(self, update: Snapshot, *, announced: bool = True) -> None:

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from kvflow_orch.langgraph import handler_of, instrument
+from kvflow_orch.langgraph import PlainServerWarning, handler_of, instrument
 from scaleout_helpers import Gateway
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "langgraph"))
@@ -91,3 +91,11 @@ def test_discovered_workers_and_agent_routing_from_an_async_app(gateway: Gateway
 def test_gateway_options_are_checked(kwargs: dict, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         instrument(software_company("http://127.0.0.1:1"), **kwargs)
+
+
+def test_a_gateway_without_kvflow_workers_sends_plain_requests_and_says_why(gateway: Gateway) -> None:
+    app = instrument(software_company(gateway.url, model="tiny-random", max_tokens=2),
+                     backend_url=gateway.url, workers=["http://127.0.0.1:9"])  # nothing listens there
+    with pytest.warns(PlainServerWarning, match=r"none of whose workers \(http://127.0.0.1:9\) answers"):
+        app.invoke({"run": "lg-plain"}, {"metadata": {"kvflow_workflow_id": "lg-plain"}})
+    assert not any(_calls(gateway, "lg-plain").values()) and not any(_steps(gateway, "lg-plain").values())
