@@ -33,6 +33,7 @@ __all__ = [
     "ServingEngine",
     "EngineError",
     "RequestTooLarge",
+    "EngineBusy",
 ]
 
 FinishReason = Literal["stop", "length", "abort"]
@@ -44,6 +45,10 @@ class EngineError(RuntimeError):
 
 class RequestTooLarge(EngineError):
     """The prompt (plus ``max_tokens``) cannot fit in the device KV pool."""
+
+
+class EngineBusy(EngineError):
+    """An operation that needs an idle engine (flushing its cache) met running requests."""
 
 
 @dataclass(frozen=True)

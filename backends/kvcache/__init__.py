@@ -28,7 +28,7 @@ from .stats import CacheStats
 __all__ = [
     "KVCache", "CacheConfig", "DEFAULT_HINT_TTL_S", "namespace_cap",
     "MatchResult", "InsertResult", "Demotion", "EvictResult", "LoadTask", "OffloadTask",
-    "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION",
+    "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION", "FlushResult",
     "HintTable", "AgentRef", "HintError", "INF",
     "EvictionPolicy", "LRUPolicy", "KVFlowPolicy", "BeladyPolicy", "kvflow_key", "node_steps",
     "TIER_UNTAGGED", "TIER_UNHINTED", "TIER_HINTED", "register_policy", "make_policy", "policy_names",

@@ -63,8 +63,8 @@ from .leafqueue import LeafQueue
 from .policy import EvictionPolicy, make_policy, node_steps
 from .radix import Node, RadixTree
 from .results import (
-    NO_EVICTION, Admission, Allocation, Demotion, EvictResult, InsertResult, LoadTask, LockHandle,
-    MatchResult, OffloadTask, PrefetchPlan,
+    NO_EVICTION, Admission, Allocation, Demotion, EvictResult, FlushResult, InsertResult, LoadTask,
+    LockHandle, MatchResult, OffloadTask, PrefetchPlan,
 )
 from .segment import Segmenter
 from .stats import CacheStats
@@ -395,6 +395,26 @@ class KVCache:
             _fail(f"negative counter in {self.stats}")
         return True
 
+    def flush(self) -> FlushResult:
+        """Drop every node no request locks and no load/offload is moving (both tiers), as
+        SGLang's ``flush_cache`` does; a locked or in-flight node and its ancestors stay. The hint
+        table and the agents' fixed-prefix records stay: they describe live workflows, not cached
+        KV (they drain by ``done``/TTL, and the next insert of a fixed prompt tags it again)."""
+        device_before, host_before, nodes_before = self.device.used_count, self.host.used_count, len(self.tree)
+        kept = 0
+        stack = [self.tree.root]
+        while stack:
+            node = stack.pop()
+            for child in list(node.children.values()):
+                if child.lock_ref == 0 and not any(n.loading is not None or n.offloading is not None
+                                                   for n in _subtree(child)):
+                    self._drop_subtree(child)
+                else:
+                    kept += len(child)
+                    stack.append(child)
+        return FlushResult(device_before - self.device.used_count, host_before - self.host.used_count,
+                           nodes_before - len(self.tree), kept)
+
     # ---- internal helpers: bookkeeping -------------------------------------------------
     def _touch(self, nodes: Iterable[Node]) -> None:
         self._tick += 1
@@ -534,9 +554,7 @@ class KVCache:
 
     def _drop_subtree(self, top: Node) -> int:
         """Remove ``top`` and all its descendants from the tree; returns the tokens removed."""
-        order = [top]
-        for node in order:
-            order.extend(node.children.values())
+        order = _subtree(top)
         removed = 0
         parent = top.parent
         for node in reversed(order):  # children before parents: each is a leaf when removed
@@ -721,6 +739,14 @@ def _merge_evictions(results: list[EvictResult]) -> EvictResult:
         return NO_EVICTION
     return EvictResult(sum(r.freed for r in results), tuple(d for r in results for d in r.demoted),
                        sum(r.dropped for r in results))
+
+
+def _subtree(top: Node) -> list[Node]:
+    """``top`` and all its descendants, parents before children."""
+    order = [top]
+    for node in order:
+        order.extend(node.children.values())
+    return order
 
 
 def _device_subtree(top: Node) -> list[Node]:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from .radix import Node
 
 __all__ = ["MatchResult", "InsertResult", "Demotion", "EvictResult", "LoadTask", "OffloadTask",
-           "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION"]
+           "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION", "FlushResult"]
 
 LockHandle = Node
 """What ``KVCache.lock``/``unlock`` take. Hosts treat it as opaque: they hold it and pass it back,
@@ -61,6 +61,17 @@ class EvictResult(NamedTuple):
 
 
 NO_EVICTION = EvictResult(0, (), 0)
+
+
+class FlushResult(NamedTuple):
+    """What :meth:`KVCache.flush` freed: ``device_tokens`` / ``host_tokens`` whose slots went back
+    to the free lists, ``nodes`` removed from the tree; ``kept_tokens``: tokens of nodes it had to
+    keep (locked by a request, or a load/offload in flight)."""
+
+    device_tokens: int
+    host_tokens: int
+    nodes: int
+    kept_tokens: int
 
 
 class LoadTask(NamedTuple):

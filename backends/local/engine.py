@@ -197,15 +197,24 @@ class Engine:
     async def inspect_cache(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(cache)`` (read-only, quick) on the loop thread between two steps: the brain is
         single-threaded, so this is the safe way to look at it from outside."""
+        return await self._on_loop(lambda deliver: self.scheduler.inspect(fn, deliver))
+
+    async def flush_cache(self) -> Any:
+        """Drop every cached prefix (both tiers; the brain's ``KVCache.flush``), between two steps.
+        Refused with :class:`EngineBusy` while requests are running or waiting, as SGLang refuses:
+        a flush never takes KV from under a request. Returns the brain's ``FlushResult``."""
+        return await self._on_loop(self.scheduler.flush)
+
+    async def _on_loop(self, command: Callable[[Callable[[bool, Any], None]], None]) -> Any:
+        """Queue ``command(deliver)`` for the loop thread and await what it delivers."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
 
         def settle(ok: bool, value: Any) -> None:
             if not future.done():
                 future.set_result(value) if ok else future.set_exception(value)
 
-        self._ensure_started(
-            lambda: self.scheduler.inspect(fn, lambda ok, value: loop.call_soon_threadsafe(settle, ok, value)))
+        self._ensure_started(lambda: command(lambda ok, value: loop.call_soon_threadsafe(settle, ok, value)))
         self._wake.set()
         return await future
 

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from backends.base import EngineError, FinishReason, StreamEvent
+from backends.base import EngineBusy, EngineError, FinishReason, StreamEvent
 from backends.kvcache import KVCache
 from backends.local.config import EngineConfig
 from backends.local.model.loader import LoadedModel
@@ -86,6 +86,11 @@ class Scheduler:
         """Run ``fn(cache)`` on the loop thread between steps; ``deliver(ok, value_or_error)``."""
         self._inbox.put(("inspect", (fn, deliver)))
 
+    def flush(self, deliver: Callable[[bool, Any], None]) -> None:
+        """Flush the cache on the loop thread between steps when no request is running or waiting;
+        ``deliver(True, FlushResult)``, or ``deliver(False, EngineBusy)`` naming what holds it."""
+        self._inbox.put(("flush", deliver))
+
     # ---- the loop body -----------------------------------------------------------------
     def step(self) -> bool:
         """One scheduling iteration; returns whether it did model work or admitted anything."""
@@ -139,6 +144,8 @@ class Scheduler:
                     hinted = True
                 elif kind == "inspect":
                     self._inspect(*payload)
+                elif kind == "flush":
+                    self._flush(payload)
             except Exception as exc:  # a bad command must not stop the loop
                 log.warning("ignored %s command: %s", kind, exc)
                 if kind == "submit":
@@ -160,6 +167,19 @@ class Scheduler:
             deliver(False, exc)
         else:
             deliver(True, value)
+
+    def _flush(self, deliver: Callable[[bool, Any], None]) -> None:
+        if self.running or self.waiting:
+            deliver(False, EngineBusy(f"not flushed: {len(self.running)} running and {len(self.waiting)} waiting "
+                                      "requests hold the cache; retry when idle"))
+            return
+        try:
+            result = self.cache.flush()
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, the loop keeps serving
+            deliver(False, exc)
+            return
+        self._publish()
+        deliver(True, result)
 
     def _cancel(self, state: RequestState) -> None:
         if state.phase is not Phase.DONE:

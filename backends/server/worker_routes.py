@@ -7,7 +7,9 @@ out to every worker. Each answer here is read from the engine at the time of the
 ``info()`` (model, capacities, policy) and ``stats()`` (running and waiting requests, KV tokens in
 use, cache counters). The shapes follow SGLang's (``num_running_reqs``, ``num_used_tokens``,
 ``model_path``, ...), so a gateway registers a kvflow worker under its model name and balances by
-real load. Failures use the server's OpenAI error shape.
+real load. ``/flush_cache`` (GET or POST) drops every cached prefix through the engine's
+``flush_cache()`` when it is idle and answers 400 ``server_busy`` while requests run (as SGLang
+does: a flush never takes KV from under a request). Failures use the server's OpenAI error shape.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from backends.base import GenerateRequest, SamplingParams
+from backends.base import EngineBusy, GenerateRequest, SamplingParams
 from backends.server.errors import APIError
 from backends.server.serving import ServerContext
 
@@ -142,12 +144,22 @@ def worker_router(ctx: ServerContext) -> APIRouter:
                                 "nothing was changed", code="not_supported")
         load = load_figures(ctx)
         if load["num_running_reqs"] or load["num_waiting_reqs"]:
-            raise APIError(400, f"not flushed: {load['num_running_reqs']} running and {load['num_waiting_reqs']} "
-                                "waiting requests hold the cache; retry when idle", code="server_busy")
+            raise _busy(f"not flushed: {load['num_running_reqs']} running and {load['num_waiting_reqs']} "
+                        "waiting requests hold the cache; retry when idle")
         before = load["num_used_tokens"]
-        result = flush()
-        if asyncio.iscoroutine(result):
-            await result
-        return JSONResponse({"status": "ok", "flushed_tokens": before - load_figures(ctx)["num_used_tokens"]})
+        try:
+            result = flush()
+            if asyncio.iscoroutine(result):
+                result = await result
+        except EngineBusy as exc:  # a request arrived between the check and the flush
+            raise _busy(str(exc)) from None
+        freed = result._asdict() if hasattr(result, "_asdict") else {}  # the embedded engine's FlushResult
+        return JSONResponse({"status": "ok", "flushed_tokens": before - load_figures(ctx)["num_used_tokens"],
+                             **{f"freed_{k}": v for k, v in freed.items()}})
 
     return router
+
+
+def _busy(message: str) -> APIError:
+    """SGLang answers a flush refused for running requests with 400; so does this route."""
+    return APIError(400, message, code="server_busy")

@@ -6,6 +6,15 @@ updates send ``Authorization: Bearer $KVFLOW_API_KEY`` when that variable is set
 HTTP client does (a server started with ``--api-key`` refuses them otherwise). ``backend_url`` may
 be the server's root or its OpenAI base URL (``.../v1``, as given to ``ChatOpenAI``).
 
+A gateway (SGLang's ``smg``) in front of many kvflow workers: ``backend_url`` is the gateway and
+``workers`` its worker URLs, or ``backend_url="smg+http://HOST:PORT"`` reads them from the gateway's
+``GET /workers``. The probe then asks a worker (the gateway answers 404 for ``/kvflow/v1/*``),
+requests carry the routing header chosen by ``routing`` (see :mod:`kvflow_orch.clients.gateway`),
+and updates go through a :class:`~kvflow_orch.clients.steps_router.StepsRouter`: to the workers
+that served the workflow (the transport reports ``x-smg-routed-worker-id``), ``done`` to every one.
+The router lives on the delivery thread's event loop; the workers the transport reports are handed
+to it there, before the next update it routes.
+
 Out-of-band updates (``POST /kvflow/v1/steps``) are queued from LangGraph callbacks, which may run
 on any thread, and delivered by the process-wide :mod:`._delivery` thread: the graph never waits
 for them, and nothing of the caller's context travels with them.
@@ -13,6 +22,7 @@ for them, and nothing of the caller's context travels with them.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import warnings
@@ -21,6 +31,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..clients.gateway import Routing, workers_from_listing
+from ..clients.steps_router import StepsRouter
 from ..protocol import INFO_ROUTE
 from ._delivery import Snapshot, delivery, tls_context
 
@@ -45,14 +57,34 @@ class Backend:
     reaches becomes the destination of steps updates (updates before that are dropped).
     """
 
-    def __init__(self, url: str | None) -> None:
+    def __init__(self, url: str | None, *, workers: Any = None, routing: Routing | None = None) -> None:
+        discover = url is not None and str(url).startswith(("smg+http://", "smg+https://"))
+        if discover:
+            url = str(url).removeprefix("smg+")
         if url is not None and not str(url).startswith(("http://", "https://")):
-            raise ValueError(f"backend_url must start with http:// or https://, got {url!r}")
+            raise ValueError(f"backend_url must start with http://, https:// or smg+http(s)://, got {url!r}")
+        if isinstance(workers, str):
+            raise ValueError(f"workers must be a list of worker URLs, got the string {workers!r}")
+        workers = list(workers or ())
+        if workers and discover:
+            raise ValueError("pass either workers= or backend_url='smg+http://...' (discovery), not both")
+        self.gateway = discover or bool(workers)
+        if (workers or routing is not None) and (url is None or not self.gateway):
+            what = "workers=" if workers else "routing="
+            raise ValueError(f"{what} needs a gateway: backend_url= plus workers=, or backend_url='smg+http://HOST:PORT'")
+        if routing is not None and routing not in ("workflow", "agent", "none"):
+            raise ValueError(f"routing must be 'workflow', 'agent' or 'none', got {routing!r}")
+        self.routing: Routing | None = (routing or "agent") if self.gateway else None
+        """The routing header's grouping (None: not a gateway, no header)."""
         self.url = _server_root(url) if url else None
         key = os.environ.get("KVFLOW_API_KEY")
         self._headers = {"Authorization": f"Bearer {key}"} if key else None
         self._lock = threading.Lock()
         self._kvflow: dict[str, bool] = {}
+        # A gateway's router: built once its workers are known, then used on the delivery thread only.
+        self._workers = [_server_root(w) for w in workers]
+        self.router: StepsRouter | None = None
+        self._served: list[tuple[str, str, str]] = []  # (namespace, workflow_id, worker) not yet routed
 
     # ------------------------------------------------------------------ probing
     def probed(self, request_url: str | None = None) -> bool | None:
@@ -69,7 +101,10 @@ class Backend:
         with self._lock:
             known = self._kvflow.get(target)
         if known is None:
-            known, status = _probe(target, self._headers)
+            if self.gateway:
+                known, status, why = self._probe_gateway()
+            else:
+                (known, status), why = _probe(target, self._headers), None
             with self._lock:
                 first = target not in self._kvflow
                 self._kvflow.setdefault(target, known)
@@ -79,7 +114,7 @@ class Backend:
                 why = (
                     f"refused {INFO_ROUTE} with HTTP {status} (set KVFLOW_API_KEY to its API key)"
                     if status in (401, 403)
-                    else f"has no {INFO_ROUTE}: it is not a kvflow server"
+                    else why or f"has no {INFO_ROUTE}: it is not a kvflow server"
                 )
                 warnings.warn(
                     f"{target} {why}, so LangGraph LLM calls carry no hints and the cache will not "
@@ -88,6 +123,29 @@ class Backend:
                     stacklevel=2,
                 )
         return known
+
+    def _probe_gateway(self) -> tuple[bool, int | None, str | None]:
+        """Find the gateway's workers (given or listed) and probe them until one is a kvflow server:
+        (found, the last probe's HTTP status, why not when none is)."""
+        assert self.url is not None
+        workers = self._workers
+        if not workers:
+            try:
+                listing = httpx.get(self.url + "/workers", timeout=_PROBE_TIMEOUT_S, headers=self._headers,
+                                    verify=tls_context())
+                workers = workers_from_listing(self.url, listing)
+            except Exception as exc:  # noqa: BLE001 - unreachable or no workers: no hints, one warning
+                return False, None, f"is a gateway whose workers are unknown: {exc}"
+        status = None
+        for worker in workers:
+            known, status = _probe(worker, self._headers)
+            if known:
+                with self._lock:
+                    if self.router is None:
+                        key = os.environ.get("KVFLOW_API_KEY")
+                        self.router = StepsRouter(workers, timeout_s=_PROBE_TIMEOUT_S, api_key=key)
+                return True, status, None
+        return False, status, f"is a gateway none of whose workers ({', '.join(workers)}) answers {INFO_ROUTE}"
 
     # ------------------------------------------------------------------ updates
     def send(self, update: Snapshot, *, announced: bool = True) -> None:
@@ -99,7 +157,36 @@ class Backend:
         if self.url is None or self.probed() is False:
             return
         headers = tuple(self._headers.items()) if self._headers else ()
-        delivery().put(self.url, headers, update, self.supports_hints, announced=announced)
+        sink = self if self.gateway else None
+        delivery().put(self.url, headers, update, self.supports_hints, announced=announced, sink=sink)
+
+    def served_by(self, namespace: str, workflow_id: str, worker: str) -> None:
+        """The gateway says ``worker`` served a call of the workflow (recorded; never blocks)."""
+        with self._lock:
+            self._served.append((namespace, workflow_id, worker))
+
+    def route(self, update: Snapshot, loop: asyncio.AbstractEventLoop) -> None:
+        """On the delivery thread: hand the reported workers and ``update`` to the router, then
+        wait until its per-worker outboxes attempted them."""
+        router = self.router
+        if router is None:
+            return
+        with self._lock:
+            served, self._served = self._served, []
+
+        async def route() -> None:
+            for namespace, workflow_id, worker in served:
+                if worker.startswith(("http://", "https://")):
+                    router.served_by(namespace, workflow_id, worker)
+            router.send(update.build())
+            await router.flush(_PROBE_TIMEOUT_S)
+
+        loop.run_until_complete(route())
+
+    async def aclose(self) -> None:
+        """On the delivery thread, before its loop closes: drop the router's connections."""
+        if self.router is not None:
+            await self.router.aclose()
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait (at most ``timeout`` s) until every queued update has been attempted."""

@@ -9,13 +9,16 @@ interpreter exit the queue is flushed for at most a couple of seconds.
 
 The queue holds at most one update per ``(url, namespace, workflow_id)`` in arrival order: a newer
 update replaces the queued one in place (a ``done`` one stays final), in O(1). A workflow that
-ends before the server heard of it (no hinted request, no update delivered) is dropped whole. When
+ends before the server heard of it (no hinted request, no update delivered) is dropped whole.
+An update for many workers behind a gateway goes to its :class:`Sink` (the backend's steps router),
+which the thread drives on an event loop of its own, closed with the thread. When
 ``max_pending`` workflows are waiting, the oldest queued update is dropped: a lost update only
 costs cache efficiency.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import functools
 import logging
@@ -23,14 +26,14 @@ import ssl
 import threading
 import time
 from collections import OrderedDict
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Protocol
 
 import httpx
 
 from ..hinting import WorkflowHints
 from ..protocol import STEPS_ROUTE, StepsUpdate
 
-__all__ = ["Delivery", "Snapshot", "delivery", "tls_context"]
+__all__ = ["Delivery", "Sink", "Snapshot", "delivery", "tls_context"]
 
 log = logging.getLogger("kvflow.langgraph")
 
@@ -57,11 +60,20 @@ class Snapshot(NamedTuple):
         return self.hints.update(self, done=self.done)
 
 
+class Sink(Protocol):
+    """Delivers updates itself (to many workers), on the delivery thread's event loop."""
+
+    def route(self, update: Snapshot, loop: asyncio.AbstractEventLoop) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
 class _Item(NamedTuple):
     url: str
     headers: tuple[tuple[str, str], ...]
     update: Snapshot
     probe: Callable[[], bool]
+    sink: Sink | None = None
 
 
 class Delivery:
@@ -87,8 +99,10 @@ class Delivery:
         probe: Callable[[], bool],
         *,
         announced: bool,
+        sink: Sink | None = None,
     ) -> None:
-        """Queue ``update`` for ``url``; ``announced``: the workflow already sent a hinted request."""
+        """Queue ``update`` for ``url`` (or for ``sink`` to deliver); ``announced``: the workflow
+        already sent a hinted request."""
         key = (url, update.hints.namespace, update.hints.workflow_id)
         with self._cond:
             queued = self._pending.get(key)
@@ -100,7 +114,7 @@ class Delivery:
             if queued is None and len(self._pending) >= self.max_pending:
                 self._pending.popitem(last=False)
                 self.dropped += 1
-            self._pending[key] = _Item(url, headers, update, probe)
+            self._pending[key] = _Item(url, headers, update, probe, sink)
             if self._thread is None:
                 self._start()
             else:
@@ -139,6 +153,8 @@ class Delivery:
 
     def _run(self) -> None:
         clients: dict[tuple[str, tuple[tuple[str, str], ...]], httpx.Client] = {}
+        sinks: dict[int, Sink] = {}
+        loop: asyncio.AbstractEventLoop | None = None
         try:
             while True:
                 with self._cond:
@@ -153,7 +169,10 @@ class Delivery:
                     key, item = self._pending.popitem(last=False)
                     self._busy, self._inflight = True, key
                 try:
-                    self._deliver(clients, key, item)
+                    if item.sink is not None:
+                        loop = loop or asyncio.new_event_loop()
+                        sinks[id(item.sink)] = item.sink
+                    self._deliver(clients, key, item, loop)
                 finally:
                     with self._cond:
                         self._busy, self._inflight = False, None
@@ -161,17 +180,28 @@ class Delivery:
         finally:
             for client in clients.values():
                 client.close()
+            if loop is not None:
+                for sink in sinks.values():
+                    try:
+                        loop.run_until_complete(sink.aclose())
+                    except Exception as exc:  # noqa: BLE001 - closing connections only
+                        log.warning("closing the steps router failed: %s", exc)
+                loop.close()
 
-    def _deliver(self, clients: dict, key: tuple[str, str, str], item: _Item) -> None:
+    def _deliver(self, clients: dict, key: tuple[str, str, str], item: _Item,
+                 loop: asyncio.AbstractEventLoop | None) -> None:
         try:
             if not item.probe():
                 return
-            client = clients.get((item.url, item.headers))
-            if client is None:
-                client = clients[(item.url, item.headers)] = httpx.Client(
-                    base_url=item.url, timeout=_TIMEOUT_S, headers=dict(item.headers), verify=tls_context()
-                )
-            client.post(STEPS_ROUTE, json=item.update.build().model_dump(mode="json")).raise_for_status()
+            if item.sink is not None and loop is not None:
+                item.sink.route(item.update, loop)  # the router logs what a worker did not take
+            else:
+                client = clients.get((item.url, item.headers))
+                if client is None:
+                    client = clients[(item.url, item.headers)] = httpx.Client(
+                        base_url=item.url, timeout=_TIMEOUT_S, headers=dict(item.headers), verify=tls_context()
+                    )
+                client.post(STEPS_ROUTE, json=item.update.build().model_dump(mode="json")).raise_for_status()
         except Exception as exc:  # a lost update only costs cache efficiency, never the workflow
             log.warning("steps update for workflow %r not delivered to %s: %s", key[2], item.url, exc)
             return

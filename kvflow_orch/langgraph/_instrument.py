@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from langchain_core.runnables.config import var_child_runnable_config
 
+from ..clients.gateway import Routing
 from ..errors import WorkflowError
 from ..protocol import check_name
 from ._backend import Backend
@@ -21,6 +22,8 @@ def instrument(
     namespace: str | None = None,
     agents: Mapping[str, str | None] | None = None,
     backend_url: str | None = None,
+    workers: Sequence[str] | None = None,
+    routing: Routing | None = None,
     branch_stats: Any = None,
 ) -> Any:
     """Return a copy of ``compiled_graph`` that tracks its runs with a :class:`KVFlowCallbackHandler`.
@@ -31,7 +34,12 @@ def instrument(
     types, snapshot configs, checkpoints and time travel behave as without kvflow. LLM requests
     inside its nodes carry hints when made through :func:`http_client` / :func:`async_http_client`.
     ``backend_url`` is the kvflow server that receives out-of-band steps updates, its root or its
-    ``/v1`` base URL (default: the first kvflow server an LLM request reaches); ``agents`` maps
+    ``/v1`` base URL (default: the first kvflow server an LLM request reaches), or a gateway in front
+    of many kvflow workers (SGLang's ``smg``): ``backend_url`` the gateway plus ``workers`` (the worker
+    URLs), or ``backend_url="smg+http://HOST:PORT"`` to read them from the gateway's ``GET /workers``.
+    Behind a gateway ``routing`` groups calls on workers by the ``x-smg-routing-key`` header:
+    ``"agent"`` (default, ``<namespace>/<agent>``), ``"workflow"`` (``<namespace>/<workflow_id>``) or
+    ``"none"``; steps go to the workers that served the workflow, ``done`` to all. ``agents`` maps
     node -> agent identity (``None``: the node calls no LLM).
     ``branch_stats`` (a :class:`~kvflow_orch.BranchStats`): every routing decision (conditional
     edges, ``Command(goto=...)``, ``Send``) is learned into it and hints carry expected steps.
@@ -50,7 +58,7 @@ def instrument(
         routes,
         graph_name=config.get("run_name") or getattr(compiled_graph, "name", None) or "LangGraph",
         namespace=namespace,
-        backend=Backend(backend_url),
+        backend=Backend(backend_url, workers=workers, routing=routing),
         branch_stats=branch_stats,
     )
     app = object.__new__(_tracked_class(type(compiled_graph), handler))

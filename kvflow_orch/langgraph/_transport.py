@@ -5,7 +5,9 @@ node (sync, thread pool and async, Python >= 3.11) and holds the callback manage
 that is making the request. Its handlers include the :class:`KVFlowCallbackHandler` of the
 instrumented graph and its ``parent_run_id`` names the run, which the handler maps to the
 workflow and node. Requests made outside an instrumented node pass through untouched, and so do
-requests to a server without ``/kvflow/v1/info``.
+requests to a server without ``/kvflow/v1/info``. Behind a gateway the request also carries the
+routing header (``x-smg-routing-key``, grouped as the backend's ``routing`` says) and the worker
+the gateway names in ``x-smg-routed-worker-id`` is reported to the backend's steps router.
 
 Known gap: a ``ThreadPoolExecutor`` created inside a node does not copy the context; use
 ``langchain_core.runnables.config.ContextThreadPoolExecutor`` (or ``contextvars.copy_context()``).
@@ -20,6 +22,7 @@ from typing import Any
 import httpx
 from langchain_core.runnables.config import var_child_runnable_config
 
+from ..clients.gateway import ROUTING_HEADER, WORKER_HEADER, routing_key
 from ..protocol import KVFlowHint, attach_hint
 from ._callbacks import KVFlowCallbackHandler
 
@@ -51,25 +54,39 @@ def _candidate(request: httpx.Request) -> tuple[KVFlowCallbackHandler, Any] | No
     return _handler_and_run()
 
 
-def _with_hint(request: httpx.Request, handler: KVFlowCallbackHandler, run_id: Any) -> httpx.Request:
+def _with_hint(
+    request: httpx.Request, handler: KVFlowCallbackHandler, run_id: Any
+) -> tuple[httpx.Request, KVFlowHint | None]:
+    """``request`` with the hint in its body (and the routing header behind a gateway), and the hint."""
     hint = handler.hint_for(run_id)
     if hint is None:
-        return request
+        return request, None
     try:
         body = json.loads(request.read() or b"{}")
     except ValueError:
-        return request
+        return request, None
     if not isinstance(body, dict):
-        return request
+        return request, None
     body = attach_hint(body, _fixed_prefix(hint, body))
     headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+    routing = handler.backend.routing
+    key = routing_key(hint, routing) if routing is not None else None
+    if key is not None:
+        headers = [(k, v) for k, v in headers if k.lower() != ROUTING_HEADER] + [(ROUTING_HEADER, key)]
     return httpx.Request(
         request.method,
         request.url,
         headers=headers,
         content=json.dumps(body).encode(),
         extensions=request.extensions,
-    )
+    ), hint
+
+
+def _report_worker(handler: KVFlowCallbackHandler, hint: KVFlowHint | None, response: httpx.Response) -> None:
+    """Tell a gateway backend which worker served the hinted request."""
+    worker = response.headers.get(WORKER_HEADER) if hint is not None and handler.backend.gateway else None
+    if worker:
+        handler.backend.served_by(hint.namespace, hint.workflow_id, worker)  # type: ignore[union-attr]
 
 
 def _fixed_prefix(hint: KVFlowHint, body: dict[str, Any]) -> KVFlowHint:
@@ -92,9 +109,12 @@ class KVFlowTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         found = _candidate(request)
-        if found is not None and found[0].backend.supports_hints(str(request.url)):
-            request = _with_hint(request, *found)
-        return self._inner.handle_request(request)
+        if found is None or not found[0].backend.supports_hints(str(request.url)):
+            return self._inner.handle_request(request)
+        request, hint = _with_hint(request, *found)
+        response = self._inner.handle_request(request)
+        _report_worker(found[0], hint, response)
+        return response
 
     def close(self) -> None:
         self._inner.close()
@@ -108,14 +128,18 @@ class AsyncKVFlowTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         found = _candidate(request)
-        if found is not None:
-            backend, url = found[0].backend, str(request.url)
-            known = backend.probed(url)
-            if known is None:
-                known = await asyncio.to_thread(backend.supports_hints, url)
-            if known:
-                request = _with_hint(request, *found)
-        return await self._inner.handle_async_request(request)
+        if found is None:
+            return await self._inner.handle_async_request(request)
+        backend, url = found[0].backend, str(request.url)
+        known = backend.probed(url)
+        if known is None:
+            known = await asyncio.to_thread(backend.supports_hints, url)
+        if not known:
+            return await self._inner.handle_async_request(request)
+        request, hint = _with_hint(request, *found)
+        response = await self._inner.handle_async_request(request)
+        _report_worker(found[0], hint, response)
+        return response
 
     async def aclose(self) -> None:
         await self._inner.aclose()

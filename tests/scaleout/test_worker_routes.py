@@ -68,7 +68,6 @@ def test_health_generate_runs_one_token(url: str) -> None:
     ("/v1/loads", {"dp_rank": 1}, 400, "invalid_value", "dp_rank"),
     ("/v1/loads", {"format": "prometheus"}, 400, "invalid_value", "format"),
     ("/v1/loads", {"dp_rank": "x"}, 400, "invalid_value", "dp_rank"),
-    ("/flush_cache", {}, 400, "not_supported", None),
 ])
 def test_bad_requests_get_the_openai_error_shape(url: str, route: str, params: dict, status: int, code: str,
                                                  param: str | None) -> None:
@@ -78,7 +77,35 @@ def test_bad_requests_get_the_openai_error_shape(url: str, route: str, params: d
     assert error["code"] == code and error["param"] == param and error["message"]
 
 
-def test_flush_cache_changes_nothing_it_cannot_flush(url: str) -> None:
-    before = httpx.get(url + "/kvflow/v1/stats").json()["device_used"]
-    assert httpx.post(url + "/flush_cache").status_code == 400
-    assert httpx.get(url + "/kvflow/v1/stats").json()["device_used"] == before
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_flush_cache_empties_the_cache_and_the_next_prompt_is_computed_again(url: str, method: str) -> None:
+    body = {"model": "tiny-random", "messages": [{"role": "user", "content": "flush me " * 20}], "max_tokens": 8,
+            "temperature": 0}
+    first = httpx.post(url + "/v1/chat/completions", json=body, timeout=60).json()
+    assert httpx.get(url + "/kvflow/v1/stats").json()["device_used"] > 0
+    answer = httpx.request(method, url + "/flush_cache")
+    assert answer.status_code == 200 and answer.json()["status"] == "ok"
+    assert answer.json()["flushed_tokens"] == answer.json()["freed_device_tokens"] > 0
+    stats = httpx.get(url + "/kvflow/v1/stats").json()
+    assert stats["device_used"] == stats["host_used"] == stats["nodes"] == 0
+    again = httpx.post(url + "/v1/chat/completions", json=body, timeout=60).json()
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+
+
+def test_flush_cache_while_a_request_runs_is_refused_and_changes_nothing(url: str) -> None:
+    body = {"model": "tiny-random", "messages": [{"role": "user", "content": "y" * 100}],
+            "max_tokens": 1500, "ignore_eos": True}
+    thread = threading.Thread(target=lambda: httpx.post(url + "/v1/chat/completions", json=body, timeout=120))
+    thread.start()
+    try:
+        wait_for(lambda: httpx.get(url + "/get_load").json()[0]["num_reqs"] >= 1, 30, "the request to run")
+        used = httpx.get(url + "/kvflow/v1/stats").json()["device_used"]
+        answer = httpx.post(url + "/flush_cache")
+        assert answer.status_code == 400
+        error = answer.json()["error"]
+        assert error["code"] == "server_busy" and "1 running" in error["message"]
+        assert httpx.get(url + "/kvflow/v1/stats").json()["device_used"] >= used
+    finally:
+        thread.join(120)
+    assert httpx.post(url + "/flush_cache").status_code == 200
