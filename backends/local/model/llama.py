@@ -122,6 +122,20 @@ class Rotary(nn.Module):
         return x * cos + rotated * sin
 
 
+def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One query per sequence: ``q`` ``[B, heads, hd]``, ``keys``/``values`` ``[B, kv_heads, L, hd]``,
+    ``mask`` ``[B, 1, 1, L]`` -> ``[B, heads * hd]``. Two batched matmuls over the query heads of each
+    KV head (GQA without repeating K/V) and a float32 softmax: the fused attention kernels are built
+    for many queries, and on the CPU they cost several times this for a single one."""
+    b, heads, hd = q.shape
+    kv_heads = keys.shape[1]
+    grouped = q.view(b, kv_heads, heads // kv_heads, hd)
+    scores = torch.matmul(grouped, keys.transpose(-1, -2)).float() * hd ** -0.5  # [B, kvh, group, L]
+    scores.masked_fill_(~mask.view(b, 1, 1, -1), float("-inf"))
+    probs = scores.softmax(-1).to(values.dtype)
+    return torch.matmul(probs, values).reshape(b, heads * hd)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -142,17 +156,15 @@ class Attention(nn.Module):
         v_pool[rb.write_slots] = v.to(v_pool.dtype)
         keys = k_pool[rb.ctx_slots].to(q.dtype).transpose(1, 2)  # [B, kvh, L, hd]
         values = v_pool[rb.ctx_slots].to(q.dtype).transpose(1, 2)
-        if rb.max_q == 1:
-            queries = q.unsqueeze(2)  # decode: one query per sequence, no padding
+        if rb.max_q == 1:  # decode: one query per sequence, no padding
+            return self.o_proj(decode_attention(q, keys, values, rb.mask))
         else:
             grid = q.new_zeros(rb.batch * rb.max_q, cfg.num_heads, cfg.head_dim)
             grid[rb.scatter_index] = q
             queries = grid.view(rb.batch, rb.max_q, cfg.num_heads, cfg.head_dim).transpose(1, 2)
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=rb.mask, enable_gqa=True)
         out = out.transpose(1, 2).reshape(rb.batch * rb.max_q, cfg.num_heads * cfg.head_dim)
-        if rb.max_q != 1:
-            out = out[rb.scatter_index]
-        return self.o_proj(out)
+        return self.o_proj(out[rb.scatter_index])
 
 
 class MLP(nn.Module):
