@@ -5,10 +5,11 @@ Driven by ``benchmarks/gpu_check.sh`` (which sets ``PYTHONPATH`` and the carried
 checkout with only torch, numpy, safetensors, tokenizers, jinja2 and pydantic (no server, no
 LangGraph, no CLI). ``--dry-run`` runs every step on the CPU with tiny configurations (CI runs it).
 
-1. Environment: GPU, torch, CUDA, free host memory.
+1. Environment: GPU, torch, CUDA, free host memory, memory copy bandwidth; then batch-1 decode of
+   the comparison model against the bandwidth bound (weight bytes / copy bandwidth).
 2. Correctness: greedy tokens of one prompt computed cold, on a device hit, after a host reload and
-   after a prefetch, for ``tiny-random`` and ``random-llama-small`` in bf16 and fp32 (on the CPU:
-   fp32, plus bf16 on ``tiny-random``). Any mismatch fails the check.
+   after a prefetch, for ``tiny-random`` and ``random-llama-small`` in bf16 and fp32. Any mismatch
+   fails the check.
 3. Comparison: the cyclic workflow (``--agents`` agents, ``--fixed``-token fixed prompts) and the
    MetaGPT graph, 1 and ``--concurrency`` concurrent workflows, on ``random-llama-3.1-8b`` in bf16
    (dry run: ``tiny-random``), the device pool holding about half the agents' fixed prompts and a
@@ -89,23 +90,57 @@ def environment(device: torch.device) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(device)
         free, total = torch.cuda.mem_get_info(device)
         env.update(gpu=props.name, gpu_memory_gib=round(total / 2**30, 1), gpu_free_gib=round(free / 2**30, 1))
-        env["copy_bandwidth_gbs"] = round(copy_bandwidth(device) / 1e9, 1)
+    env["copy_bandwidth_gbs"] = round(copy_bandwidth(device) / 1e9, 1)
     return env
 
 
 def copy_bandwidth(device: torch.device) -> float:
-    """Device-memory copy bandwidth (bytes read + written per second) of a 1 GiB device-to-device copy."""
-    a = torch.empty(2**30, dtype=torch.uint8, device=device)
+    """Memory copy bandwidth (bytes read + written per second) of a tensor copy on ``device``
+    (1 GiB on a GPU, timed with CUDA events; 128 MiB on the CPU), best of the repeats."""
+    cuda = device.type == "cuda"
+    a = torch.empty(2**30 if cuda else 2**27, dtype=torch.uint8, device=device)
     b = torch.empty_like(a)
     b.copy_(a)
-    torch.cuda.synchronize(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        b.copy_(a)
-    end.record()
-    end.synchronize()
-    return 2 * 10 * a.numel() / (start.elapsed_time(end) / 1e3)
+    best = float("inf")
+    for _ in range(5):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            b.copy_(a)
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3
+        else:
+            t = time.perf_counter()
+            b.copy_(a)
+            seconds = time.perf_counter() - t
+        best = min(best, seconds)
+    return 2 * a.numel() / best
+
+
+async def decode_speed(args: argparse.Namespace, bandwidth: float) -> dict[str, Any]:
+    """Batch-1 decode of the comparison model against the bandwidth bound: every step reads all the
+    weights once, so tokens/s can be at most the memory's measured throughput (a copy's bytes read +
+    written per second) / weight bytes."""
+    engine = make_engine(args.model, args.device, args.dtype, args.chunk, device_tokens=4096, host_tokens=0)
+    try:
+        weight_bytes = sum(p.numel() * p.element_size() for p in engine.scheduler.runner.model.parameters())
+        prompt = tuple(range(3, 131))
+        await timed_generate(engine, GenerateRequest(prompt, greedy(8)))  # warm-up
+        rates = []
+        for _ in range(3):
+            start, stamps = time.perf_counter(), []
+            async for event in engine.stream(GenerateRequest(prompt, greedy(args.decode_tokens))):
+                stamps.append(time.perf_counter() - start)
+            rates.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
+    finally:
+        engine.close()
+        del engine
+        release_memory()
+    bound = bandwidth / weight_bytes
+    rate = sorted(rates)[1]
+    return {"model": args.model, "dtype": args.dtype, "weight_bytes": weight_bytes, "tokens_per_s": rate,
+            "bandwidth_bound_tokens_per_s": bound, "share_of_bound": rate / bound}
 
 
 def release_memory() -> None:
@@ -379,16 +414,15 @@ def settings(args: argparse.Namespace) -> None:
         "dtype": "bfloat16" if gpu else "float32",
         "agents": 6, "fixed": 4096 if gpu else 256, "dynamic": 32 if gpu else 16,
         "output": 32 if gpu else 8, "rounds": 3, "concurrency": 8,
-        "chunk": 2048 if gpu else 256, "budget": 400.0 if gpu else 150.0,
+        "chunk": 2048 if gpu else 256, "budget": 400.0 if gpu else 150.0, "decode_tokens": 64 if gpu else 16,
     }
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
 
 
-def correctness_matrix(args: argparse.Namespace) -> list[tuple[str, str]]:
-    if args.dry_run:
-        return [("tiny-random", "float32"), ("tiny-random", "bfloat16"), ("random-llama-small", "float32")]
+def correctness_matrix() -> list[tuple[str, str]]:
+    """The same on the GPU and in the dry run (only the device differs)."""
     return [(m, d) for m in ("tiny-random", "random-llama-small") for d in ("bfloat16", "float32")]
 
 
@@ -396,6 +430,11 @@ def print_table(report: dict[str, Any]) -> None:
     env = report["environment"]
     print(f"\n== environment: {env.get('gpu', 'CPU')} | torch {env['torch']} | CUDA {env['cuda']} | "
           f"host memory {env['host_memory']['available_gib']} of {env['host_memory']['total_gib']} GiB free")
+    d = report.get("decode", {})
+    if "tokens_per_s" in d:
+        print(f"== batch-1 decode {d['model']} {d['dtype']}: {d['tokens_per_s']:.1f} tokens/s, "
+              f"{d['share_of_bound']:.0%} of the bandwidth bound ({d['bandwidth_bound_tokens_per_s']:.1f} tokens/s: "
+              f"{env['copy_bandwidth_gbs']} GB/s copy over {d['weight_bytes'] / 2**30:.2f} GiB of weights)")
     print("== correctness (greedy tokens cold / hit / reload / prefetch)")
     for c in report["correctness"]:
         print(f"  {c['model']:22s} {c['dtype']:9s} {'OK' if c['ok'] else 'FAIL: ' + '; '.join(c['problems'])}")
@@ -424,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", help="comparison model (default random-llama-3.1-8b; dry run tiny-random)")
     parser.add_argument("--device")
     parser.add_argument("--dtype")
-    for flag in ("agents", "fixed", "dynamic", "output", "rounds", "concurrency", "chunk"):
+    for flag in ("agents", "fixed", "dynamic", "output", "rounds", "concurrency", "chunk", "decode-tokens"):
         parser.add_argument(f"--{flag}", type=int)
     parser.add_argument("--budget", type=float, help="seconds after which remaining comparison runs are skipped")
     args = parser.parse_args(argv)
@@ -438,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "settings": {k: v for k, v in vars(args).items() if k != "out"} | {"out": str(args.out)},
                               "environment": environment(device), "correctness": [], "comparison": [], "mechanism": []}
     failed = False
-    for model, dtype in correctness_matrix(args):
+    for model, dtype in correctness_matrix():
         try:
             case = asyncio.run(correctness_case(model, args.device, dtype, fixed=96 if args.dry_run else 512,
                                                 tail=16, out=12))
@@ -448,6 +487,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         failed |= not case["ok"]
         report["correctness"].append(case)
         print(f"correctness {model} {dtype}: {'OK' if case['ok'] else case['problems']}", flush=True)
+    try:
+        report["decode"] = asyncio.run(decode_speed(args, report["environment"]["copy_bandwidth_gbs"] * 1e9))
+    except Exception as exc:
+        report["decode"] = {"error": repr(exc), "traceback": traceback.format_exc()}
+    print(f"decode: {report['decode']}", flush=True)
     per_request = args.fixed + args.dynamic + args.output
     deadline = start + args.budget
     cases = []

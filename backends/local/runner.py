@@ -33,8 +33,9 @@ class ModelRunner:
         self.forward_s = 0.0
         self.busy: list[tuple[float, float]] | None = None
 
-    def _forward(self, new_tokens: Sequence[Sequence[int]], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
-        batch = build_batch(new_tokens, contexts, self.device)  # index building counts as scheduling work
+    def _forward(self, new_tokens: Sequence[Sequence[int]], contexts: Sequence[Sequence[int]],
+                 decode: bool = False) -> torch.Tensor:
+        batch = build_batch(new_tokens, contexts, self.device, decode)  # index building counts as scheduling work
         start = time.perf_counter()
         logits = self.model(batch, self.pool)
         if self.device.type == "cuda":
@@ -60,4 +61,4 @@ class ModelRunner:
 
     def decode(self, last_tokens: Sequence[int], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
         """One step for each sequence: ``contexts[b]`` ends with the slot for ``last_tokens[b]``; returns ``[B, vocab]``."""
-        return self._forward([[t] for t in last_tokens], contexts)
+        return self._forward([[t] for t in last_tokens], contexts, decode=True)

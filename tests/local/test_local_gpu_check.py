@@ -62,3 +62,20 @@ def test_gather_rows_matches_index_select_and_reuses_its_buffer():
     assert again.data_ptr() == first.data_ptr()  # same staging buffer, no new allocation
     other = gather_rows(pool.double(), index, "k-test", pin=False)  # another dtype gets a fresh buffer
     assert other.dtype == torch.float64 and torch.equal(other, pool.double().index_select(1, index))
+
+
+def test_decode_attention_matches_the_fused_kernel_with_padding_and_gqa():
+    from backends.local.model.llama import decode_attention
+
+    gen = torch.Generator().manual_seed(0)
+    b, heads, kv_heads, hd, length = 3, 6, 2, 8, 11
+    q = torch.randn(b, heads, hd, generator=gen)
+    keys = torch.randn(b, kv_heads, length, hd, generator=gen)
+    values = torch.randn(b, kv_heads, length, hd, generator=gen)
+    mask = torch.zeros(b, 1, 1, length, dtype=torch.bool)
+    for i, n in enumerate((11, 4, 1)):  # ragged contexts: the rest is padding
+        mask[i, ..., :n] = True
+    fused = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=mask,
+                                                             enable_gqa=True)
+    expected = fused.squeeze(2).reshape(b, heads * hd)
+    torch.testing.assert_close(decode_attention(q, keys, values, mask), expected, rtol=1e-5, atol=1e-5)
