@@ -5,11 +5,12 @@
 Every figure is the median of ``--repeats`` runs (the load average is printed before and after: on a
 shared machine, compare figures from the same run only). Decode tokens/s counts the tokens after
 each request's first, over the time from the last request's first token to the last token (batch
-B: B requests submitted together, each ``--decode-tokens`` long, ``ignore_eos``). Time to first
+B: B requests of ``--context`` prompt tokens submitted together, each ``--decode-tokens`` long,
+``ignore_eos``). Time to first
 token: one request of N prompt tokens (new content each time, no cache hit) generating one token.
 
     python benchmarks/engine_speed.py [--model smollm2-135m] [--dtype float32|bfloat16] [--device cpu]
-        [--batches 1 8] [--ttft 1000 4000] [--decode-tokens 64] [--repeats 3]
+        [--batches 1 8] [--ttft 1000 4000] [--context 32] [--decode-tokens 64] [--repeats 3]
         [--vs-vllm http://127.0.0.1:8000 [--vllm-model NAME]] [--json OUT.json]
 """
 
@@ -88,7 +89,7 @@ def measure(call: Caller, make_prompt: Callable[[int, int], Sequence[int]], args
             rates = []
             for _ in range(args.repeats):
                 seed += 1
-                rates.append(await decode_rate(call, [make_prompt(32, seed * 100 + i) for i in range(b)], args.decode_tokens))
+                rates.append(await decode_rate(call, [make_prompt(args.context, seed * 100 + i) for i in range(b)], args.decode_tokens))
             out[f"decode_tok_s_b{b}"] = statistics.median(rates)
         for n in args.ttft:
             times = []
@@ -107,17 +108,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--ttft", type=int, nargs="+", default=[1000, 4000])
+    parser.add_argument("--ttft", type=int, nargs="*", default=[1000, 4000], help="prompt lengths (none: skip)")
+    parser.add_argument("--context", type=int, default=32, help="prompt tokens of each decoding request")
     parser.add_argument("--decode-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vs-vllm", metavar="URL", help="a running vLLM server serving the same model")
     parser.add_argument("--vllm-model", help="the model name vLLM serves (default: its first /v1/models entry)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    if args.decode_tokens < 2 or args.repeats < 1 or min(args.batches) < 1 or min(args.ttft) < 1:
-        parser.error("--decode-tokens must be >= 2, --repeats, --batches and --ttft >= 1")
+    if args.decode_tokens < 2 or args.repeats < 1 or min(args.batches) < 1 or min(args.ttft, default=1) < 1 \
+            or args.context < 1:
+        parser.error("--decode-tokens must be >= 2; --repeats, --batches, --ttft and --context >= 1")
     print(describe_machine(), flush=True)
-    longest = max(args.ttft)
+    longest = max(args.ttft + [args.context + args.decode_tokens])
     engine = Engine(EngineConfig.build(model=args.model, dtype=args.dtype, device=args.device, max_batch=max(8, *args.batches),
                                        device_tokens=max(8192, 2 * longest + 64 * max(args.batches)), host_tokens=0))
     info = engine.info()

@@ -48,11 +48,12 @@ import torch  # noqa: E402
 
 from backends.base import GenerateRequest, SamplingParams  # noqa: E402
 from backends.local import Engine, EngineConfig  # noqa: E402
-from backends.sim.profiles import load_hardware, ModelProfile  # noqa: E402
+from backends.sim.profiles import load_hardware  # noqa: E402
 from backends.sim.simulate import simulate  # noqa: E402
 from backends.sim.systems import SYSTEMS  # noqa: E402
 from backends.sim.workloads import Workload, from_graph  # noqa: E402
 from backends.sim.workloads import synthetic as synthetic_workload  # noqa: E402
+from kvflow_orch.cli.calibrate import model_profile_of  # noqa: E402  (a light module: sim profiles only)
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate  # noqa: E402
 
 # check system -> (simulator system, engine options)
@@ -268,15 +269,6 @@ def metagpt_workload(header: int, dynamic: int, output: int, loops: int, instanc
                       instances=instances, tenant_header=header)
 
 
-def model_profile(name: str, cfg: Any, dtype_bytes: int) -> ModelProfile:
-    h, hd = cfg.hidden_size, cfg.head_dim
-    params = cfg.num_layers * (h * cfg.num_heads * hd * 2 + h * cfg.num_kv_heads * hd * 2
-                               + 3 * h * cfg.intermediate_size) + cfg.vocab_size * h
-    return ModelProfile(name, params=float(params), n_layers=cfg.num_layers, hidden_size=h, n_heads=cfg.num_heads,
-                        n_kv_heads=cfg.num_kv_heads, head_dim=hd, dtype_bytes=dtype_bytes,
-                        description="the check's model config")
-
-
 def pool_sizes(workload: Workload, per_request: int, concurrency: int, kv_bytes: int) -> tuple[int, int, bool]:
     """Device: about half the fixed prompts plus room for every running request; host: every fixed
     prompt plus the device pool and the running requests, capped at 40% of the free host memory
@@ -359,7 +351,7 @@ async def replay(engine: Engine, requests: Sequence[Any], workload: Workload) ->
 def run_case(name: str, workload: Workload, args: argparse.Namespace, concurrency: int, per_request: int,
              deadline: float) -> dict[str, Any]:
     dtype_bytes = torch.empty((), dtype=getattr(torch, args.dtype)).element_size()
-    mprof = model_profile(args.model, model_config(args.model), dtype_bytes)
+    mprof = model_profile_of(args.model, model_config(args.model), dtype_bytes)
     device_tokens, host_tokens, capped = pool_sizes(workload, per_request, concurrency, mprof.kv_bytes_per_token)
     case: dict[str, Any] = {"workload": name, "concurrency": concurrency, "labels": dict(workload.labels),
                             "device_tokens": device_tokens, "host_tokens": host_tokens, "host_capped": capped,

@@ -83,7 +83,7 @@ def _random_model(name: str, *, dtype: torch.dtype, device: str | torch.device, 
     with torch.device("meta"):
         model = LlamaModel(cfg)
     model.rope = None
-    model = model.to_empty(device=device).to(dtype).eval()
+    model = model.to(dtype).to_empty(device=device).eval()  # cast on meta: no fp32 copy on the device
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for pname, param in model.named_parameters():
