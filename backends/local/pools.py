@@ -7,6 +7,7 @@ row gather/scatter. On CUDA the device pool lives on the GPU and the host pool i
 
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
 import torch
@@ -44,17 +45,43 @@ class KVPool:
         return 2 * self.k.numel() * self.k.element_size()
 
 
+_staging = threading.local()
+
+
+def gather_rows(tensor: torch.Tensor, index: torch.Tensor, slot: str, *, pin: bool) -> torch.Tensor:
+    """``tensor.index_select(1, index)`` written into a buffer kept per thread and ``slot`` (grown on
+    demand, pinned with ``pin``): a host->device copy then starts from pinned memory without
+    allocating and pinning fresh memory for every load. The result stays valid until the same thread
+    gathers into the same ``slot`` again, so a caller copying asynchronously must synchronise first."""
+    shape = (tensor.shape[0], len(index)) + tuple(tensor.shape[2:])
+    need = torch.Size(shape).numel()
+    buf = getattr(_staging, slot, None)
+    if buf is None or buf.dtype != tensor.dtype or buf.numel() < need or buf.is_pinned() != pin:
+        buf = torch.empty(max(need, 1 << 20), dtype=tensor.dtype, pin_memory=pin)
+        setattr(_staging, slot, buf)
+    out = buf[:need].view(shape)
+    torch.index_select(tensor, 1, index, out=out)
+    return out
+
+
 def copy_slots(src: KVPool, src_slots: Sequence[int], dst: KVPool, dst_slots: Sequence[int], *, non_blocking: bool = False) -> None:
-    """Copy the K/V rows ``src_slots[i]`` of ``src`` into rows ``dst_slots[i]`` of ``dst`` (all layers)."""
+    """Copy the K/V rows ``src_slots[i]`` of ``src`` into rows ``dst_slots[i]`` of ``dst`` (all layers).
+
+    Host->device: rows are gathered into per-thread pinned staging buffers (one for K, one for V) and
+    copied from there; with ``non_blocking`` the caller must synchronise the current stream before
+    it copies again on the same thread (the prefetch worker does after every task)."""
     if len(src_slots) != len(dst_slots):
         raise ValueError(f"copy of {len(src_slots)} slots into {len(dst_slots)}")
     if not src_slots:
         return
     s = torch.tensor(src_slots, dtype=torch.long, device=src.device)
     d = torch.tensor(dst_slots, dtype=torch.long, device=dst.device)
-    for a, b in ((src.k, dst.k), (src.v, dst.v)):
-        rows = a.index_select(1, s)
-        if rows.device != dst.device:
-            rows = rows.pin_memory() if rows.device.type == "cpu" and dst.device.type == "cuda" else rows
-            rows = rows.to(dst.device, non_blocking=non_blocking)
+    upload = src.device.type == "cpu" and dst.device.type == "cuda"
+    for name, a, b in (("k", src.k, dst.k), ("v", src.v, dst.v)):
+        if upload:
+            rows = gather_rows(a, s, name, pin=True).to(dst.device, non_blocking=non_blocking)
+        else:
+            rows = a.index_select(1, s)
+            if rows.device != dst.device:
+                rows = rows.to(dst.device)
         b.index_copy_(1, d, rows)

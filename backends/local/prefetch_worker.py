@@ -4,6 +4,9 @@ The worker thread only moves bytes; it never touches the brain, which is single-
 tasks are handed back through :meth:`PrefetchWorker.drain` and the engine thread calls
 ``complete_load``/``fail_load``. On CUDA the copies run on a side stream so they overlap the
 forward pass; on CPU torch releases the GIL inside the copy kernels, so they overlap too.
+Setting ``copies`` to a list records each task's copy as a ``(start, end)`` ``time.perf_counter``
+interval; on CUDA its length is the side stream's own CUDA-event time, ending when the stream's
+synchronisation returned.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -35,6 +39,7 @@ class PrefetchWorker:
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._thread = threading.Thread(target=self._run, name="kvflow-prefetch", daemon=True)
         self._stopped = False
+        self.copies: list[tuple[float, float]] | None = None
         self._thread.start()
 
     def submit(self, task: Any) -> None:
@@ -61,12 +66,21 @@ class PrefetchWorker:
                 return
             error: BaseException | None = None
             try:
+                start = time.perf_counter()
                 if self._stream is not None:
+                    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     with torch.cuda.stream(self._stream):
+                        begin.record(self._stream)
                         self._copy(task)
+                        end.record(self._stream)
                     self._stream.synchronize()
+                    done = time.perf_counter()
+                    start = max(start, done - begin.elapsed_time(end) / 1e3)
                 else:
                     self._copy(task)
+                    done = time.perf_counter()
+                if self.copies is not None:
+                    self.copies.append((start, done))
             except BaseException as exc:  # reported to the engine thread, which fails the load
                 log.exception("prefetch copy failed")
                 error = exc

@@ -3,7 +3,10 @@
 * ``prefill`` extends a sequence whose first ``len(prefix_slots)`` tokens are already in the pool
   (a cache hit gathered by slot) by the new tokens, in chunks of at most ``chunk_tokens``.
 * ``decode`` advances many sequences by one token in a single batched forward.
-Time spent inside the model is accumulated in ``forward_s`` (the scheduler-overhead benchmark uses it).
+Time spent inside the model is accumulated in ``forward_s`` (the scheduler-overhead benchmark uses it);
+setting ``busy`` to a list records every forward's ``(start, end)`` ``time.perf_counter`` interval
+(the GPU check measures how much prefetch copying these intervals hide). On CUDA only the compute
+stream is synchronised, so a copy running on the prefetch stream never delays a forward's end.
 """
 
 from __future__ import annotations
@@ -28,14 +31,19 @@ class ModelRunner:
         self.chunk_tokens = chunk_tokens
         self.device = pool.device
         self.forward_s = 0.0
+        self.busy: list[tuple[float, float]] | None = None
 
-    def _forward(self, new_tokens: Sequence[Sequence[int]], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
-        batch = build_batch(new_tokens, contexts, self.device)  # index building counts as scheduling work
+    def _forward(self, new_tokens: Sequence[Sequence[int]], contexts: Sequence[Sequence[int]],
+                 decode: bool = False) -> torch.Tensor:
+        batch = build_batch(new_tokens, contexts, self.device, decode)  # index building counts as scheduling work
         start = time.perf_counter()
         logits = self.model(batch, self.pool)
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self.forward_s += time.perf_counter() - start
+            torch.cuda.current_stream(self.device).synchronize()
+        end = time.perf_counter()
+        self.forward_s += end - start
+        if self.busy is not None:
+            self.busy.append((start, end))
         return logits
 
     def prefill(self, tokens: Sequence[int], prefix_slots: Sequence[int], new_slots: Sequence[int]) -> torch.Tensor:
@@ -53,4 +61,4 @@ class ModelRunner:
 
     def decode(self, last_tokens: Sequence[int], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
         """One step for each sequence: ``contexts[b]`` ends with the slot for ``last_tokens[b]``; returns ``[B, vocab]``."""
-        return self._forward([[t] for t in last_tokens], contexts)
+        return self._forward([[t] for t in last_tokens], contexts, decode=True)

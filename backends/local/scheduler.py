@@ -340,5 +340,6 @@ class Scheduler:
         self.snapshot = {
             **self.cache.stats.as_dict(), **self.cache.usage(),
             "running": len(self.running), "waiting": len(self.waiting),
-            "forward_s": self.runner.forward_s, "prefetch_tasks": self.tiers.prefetch_tasks, **self.counters,
+            "forward_s": self.runner.forward_s, "prefetch_tasks": self.tiers.prefetch_tasks,
+            "h2d_tokens": self.tiers.h2d_tokens, "d2h_tokens": self.tiers.d2h_tokens, **self.counters,
         }

