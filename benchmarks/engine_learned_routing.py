@@ -32,7 +32,7 @@ from backends.kvcache.trace import BrainRecorder, replay  # noqa: E402
 from backends.local import Engine, EngineConfig  # noqa: E402
 from backends.sim.systems import LEARNED_LOOKAHEAD  # noqa: E402
 from kvflow_orch import BranchStats, run  # noqa: E402
-from workflows.supervisor import supervisor  # noqa: E402
+from workflows.supervisor import routing, supervisor  # noqa: E402
 
 
 def prompt_tokens(args, wf) -> int:
@@ -132,8 +132,20 @@ def replay_bounds(res: dict) -> dict:
     total = sum(len(r.prompt) + len(r.inserted or ()) for r in res["static"]["recorder"].requests)
     everything = CacheConfig(device_tokens=total + config.device_tokens, namespace_cap_tokens=total + config.device_tokens)
     out["floor"] = replay(events, everything).stats.recomputed_tokens
+    probs = routing(8, 1.2)["supervisor"]
+    out["a0"] = replay(a0_events(events, probs), config).stats.recomputed_tokens
     out["belady_ratio"] = out["belady"] / max(1, out["static"])
     return out
+
+
+def a0_events(events: list, probs: dict[str, float]) -> list:
+    """The recorded events with every waiting worker's steps set to ``1 / p(worker)`` (the mean
+    number of routing decisions until it is chosen): eviction then keeps the likeliest workers."""
+    def rewrite(steps: dict[str, float]) -> dict[str, float]:
+        return {a: (1 / probs[a] if a in probs and 0 < v < float("inf") else v) for a, v in steps.items()}
+
+    return [(kind, payload.model_copy(update={"steps": rewrite(payload.steps)}) if kind in ("hint", "steps") else payload)
+            for kind, payload in events]
 
 
 def print_bounds(b: dict) -> None:
@@ -143,7 +155,8 @@ def print_bounds(b: dict) -> None:
           f"(engine {b['learned']}): {'faithful' if (b['static_replay'], b['learned_replay']) == (b['static'], b['learned']) else 'NOT faithful'}")
     print(f"  {'':<28} {'recomputed':>11} {'/ static':>9} {'avoidable':>10}")
     for label, key in (("static steps", "static"), ("learned steps", "learned"),
-                       ("belady (offline optimal)", "belady"), ("floor (pool holds all)", "floor")):
+                       ("best online (A0, true p)", "a0"), ("belady (offline optimal)", "belady"),
+                       ("floor (pool holds all)", "floor")):
         v = b[key]
         print(f"  {label:<28} {v:>11} {v / static:>8.3f}x {v - b['floor']:>10}")
     print(f"  (belady on the learned run's requests: {b['belady_learned']}; same prompts, so it should match)")
