@@ -115,3 +115,23 @@ def test_oracle_needs_a_previous_runs_paths():
     w = routed_workload("swarm", fixed=128, rounds=3)
     with pytest.raises(ValueError, match="oracle system needs"):
         simulate(get_system("oracle"), w, H100, LLAMA, device_tokens=4096, future=())
+
+
+def test_routed_summary_prints_the_bounds_side_by_side():
+    from backends.sim.sweep import Scenario, run_scenarios
+    from backends.sim.systems import SYSTEM_NAMES
+    from backends.sim.targets import check_targets, learned_bounds
+
+    w = routed_workload("swarm", fixed=512, rounds=12)
+    device = routed_device_tokens(w)
+    results = run_scenarios([Scenario("swarm-nohost", H100, LLAMA, w, device, 0)], SYSTEM_NAMES)
+    lines = learned_bounds(results)
+    r = results[0].results
+    row = next(line for line in lines if line.startswith("swarm-nohost"))
+    for name in ("kvflow-learned", "belady", "oracle", "infinite"):
+        assert f"{r['kvflow'].latency_s / r[name].latency_s:.3f}x" in row
+    markov = next(line for line in lines if line.startswith("Markov paging bound"))
+    assert "pool of 2 agent prefixes" in markov and "best online policy" in markov
+    speed = next(c for c in check_targets(results) if c.name.startswith("kvflow-learned >= 1.15x"))
+    best = max(r["kvflow"].latency_s / r[n].latency_s for n in ("belady", "oracle"))
+    assert f"bound {best:.3f}x" in speed.detail
