@@ -27,10 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _engine_workload import describe_machine  # noqa: E402
 
+from backends.kvcache import CacheConfig  # noqa: E402
+from backends.kvcache.trace import BrainRecorder, replay  # noqa: E402
 from backends.local import Engine, EngineConfig  # noqa: E402
 from backends.sim.systems import LEARNED_LOOKAHEAD  # noqa: E402
 from kvflow_orch import BranchStats, run  # noqa: E402
-from workflows.supervisor import supervisor  # noqa: E402
+from workflows.supervisor import routing, supervisor  # noqa: E402
 
 
 def prompt_tokens(args, wf) -> int:
@@ -49,6 +51,7 @@ def run_config(args, wf, learned: BranchStats | None, host: bool) -> dict:
         model=args.model, device_tokens=device, host_tokens=prompt * 20 if host else 0, policy="kvflow",
         prefetch=host, prefetch_lookahead=LEARNED_LOOKAHEAD if learned is not None else 1))
     stats = learned.copy() if learned is not None else None
+    recorder = None if host else BrainRecorder(engine.scheduler.cache)
     outputs, start = [], time.perf_counter()
     for t in range(args.tasks):
         result = run(wf, {"task": f"measured-{t}"}, backend=engine, branch_stats=stats)
@@ -57,7 +60,8 @@ def run_config(args, wf, learned: BranchStats | None, host: bool) -> dict:
     wall = time.perf_counter() - start
     counters = engine.stats()
     engine.close()
-    return {"outputs": outputs, "wall": wall, "stats": counters, "device": device}
+    return {"outputs": outputs, "wall": wall, "stats": counters, "device": device, "recorder": recorder,
+            "cache_config": engine.config.cache}
 
 
 def main() -> int:
@@ -69,6 +73,8 @@ def main() -> int:
     p.add_argument("--dynamic", type=int, default=16)
     p.add_argument("--output", type=int, default=8)
     p.add_argument("--train", type=int, default=20, help="training tasks on tiny-random")
+    p.add_argument("--host-tier", choices=("off", "on", "both"), default="both",
+                   help="which host-tier configurations to run (default both)")
     args = p.parse_args()
     wf = supervisor(workers=8, zipf_s=1.2, rounds=args.rounds, fixed=args.fixed, dynamic=args.dynamic,
                     output=args.output)
@@ -83,8 +89,8 @@ def main() -> int:
     print("trained on", args.train, "tasks:", ", ".join(f"{k}={v:.2f}" for k, v in sorted(probs.items())))
     print(f"\n{'host tier':<10} {'steps':<8} {'recomputed':>11} {'device hit':>11} {'host hit':>9} "
           f"{'prefetch hit':>13} {'wall s':>8}")
-    ratios, same = {}, True
-    for host in (False, True):
+    ratios, same, bounds = {}, True, {}
+    for host in {"off": (False,), "on": (True,), "both": (False, True)}[args.host_tier]:
         res = {}
         for name, learned in (("static", None), ("learned", trained)):
             r = res[name] = run_config(args, wf, learned, host)
@@ -93,12 +99,67 @@ def main() -> int:
                   f"{s['host_hit_tokens']:>9} {s['prefetch_hit_tokens']:>13} {r['wall']:>8.1f}")
         same &= res["static"]["outputs"] == res["learned"]["outputs"]
         ratios[host] = res["learned"]["stats"]["recomputed_tokens"] / max(1, res["static"]["stats"]["recomputed_tokens"])
+        if not host:
+            bounds = replay_bounds(res)
     print(f"\ndevice pool {res['static']['device']} tokens; {args.tasks} tasks x {args.rounds} worker turns")
+    if bounds:
+        print_bounds(bounds)
     for host, ratio in ratios.items():
         verdict = "PASS" if ratio <= 0.8 else "FAIL"
         print(f"  {verdict}  recomputed tokens learned / static, host tier {'on' if host else 'off'}: {ratio:.3f}x")
+        if host and bounds:
+            floor = bounds["floor"] / max(1, res["static"]["stats"]["recomputed_tokens"])
+            print(f"        bound (floor / static, host tier on): {floor:.3f}x"
+                  + ("  -> 0.8x is infeasible for any policy here" if floor > 0.8 else ""))
+        elif bounds:
+            print(f"        bound (belady / static, host tier off): {bounds['belady_ratio']:.3f}x"
+                  + ("  -> 0.8x is infeasible for any eviction policy here" if bounds["belady_ratio"] > 0.8 else ""))
     print(f"  {'PASS' if same else 'FAIL'}  same outputs with static and learned steps")
     return 0
+
+
+def replay_bounds(res: dict) -> dict:
+    """Replays of the host-tier-off runs (see the module docstring): faithfulness, Bélády, floor."""
+    out = {}
+    for name in ("static", "learned"):
+        r = res[name]
+        again = replay(r["recorder"].events, r["cache_config"]).stats.recomputed_tokens
+        out[f"{name}_replay"] = again
+        out[name] = r["stats"]["recomputed_tokens"]
+    events, config = res["static"]["recorder"].events, res["static"]["cache_config"]
+    out["belady"] = replay(events, config, belady=True).stats.recomputed_tokens
+    out["belady_learned"] = replay(res["learned"]["recorder"].events, config, belady=True).stats.recomputed_tokens
+    total = sum(len(r.prompt) + len(r.inserted or ()) for r in res["static"]["recorder"].requests)
+    everything = CacheConfig(device_tokens=total + config.device_tokens, namespace_cap_tokens=total + config.device_tokens)
+    out["floor"] = replay(events, everything).stats.recomputed_tokens
+    probs = routing(8, 1.2)["supervisor"]
+    out["a0"] = replay(a0_events(events, probs), config).stats.recomputed_tokens
+    out["belady_ratio"] = out["belady"] / max(1, out["static"])
+    return out
+
+
+def a0_events(events: list, probs: dict[str, float]) -> list:
+    """The recorded events with every waiting worker's steps set to ``1 / p(worker)`` (the mean
+    number of routing decisions until it is chosen): eviction then keeps the likeliest workers."""
+    def rewrite(steps: dict[str, float]) -> dict[str, float]:
+        return {a: (1 / probs[a] if a in probs and 0 < v < float("inf") else v) for a, v in steps.items()}
+
+    return [(kind, payload.model_copy(update={"steps": rewrite(payload.steps)}) if kind in ("hint", "steps") else payload)
+            for kind, payload in events]
+
+
+def print_bounds(b: dict) -> None:
+    static = max(1, b["static"])
+    print("\nbounds on the same requests, host tier off (replays of the recorded brain calls, no model):")
+    print(f"  replay check: static {b['static_replay']} (engine {b['static']}), learned {b['learned_replay']} "
+          f"(engine {b['learned']}): {'faithful' if (b['static_replay'], b['learned_replay']) == (b['static'], b['learned']) else 'NOT faithful'}")
+    print(f"  {'':<28} {'recomputed':>11} {'/ static':>9} {'avoidable':>10}")
+    for label, key in (("static steps", "static"), ("learned steps", "learned"),
+                       ("best online (A0, true p)", "a0"), ("belady (offline optimal)", "belady"),
+                       ("floor (pool holds all)", "floor")):
+        v = b[key]
+        print(f"  {label:<28} {v:>11} {v / static:>8.3f}x {v - b['floor']:>10}")
+    print(f"  (belady on the learned run's requests: {b['belady_learned']}; same prompts, so it should match)")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ statistics (``kvflow-learned``) every decision is observed and the tracker answe
 
 from __future__ import annotations
 
+import math
 import random
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 from kvflow_orch.constants import END, START
 from kvflow_orch.hinting import WorkflowHints
@@ -19,7 +20,7 @@ from kvflow_orch.hinting import WorkflowHints
 from .serving import ServingSim, SimRequest
 from .workloads import Instance, random_tokens
 
-__all__ = ["WarmingClient", "GraphClient", "Router", "train"]
+__all__ = ["WarmingClient", "GraphClient", "OracleClient", "FutureSteps", "Router", "train"]
 
 
 class Router:
@@ -113,6 +114,7 @@ class GraphClient(WarmingClient):
         self.hints = WorkflowHints(instance.workflow_id, instance.namespace)
         self.tracker = self.spec.asg.tracker(branch_stats)
         self.calls = 0
+        self.path: list[str] = []  # the agents of the measured calls, in order
         self.start_s = 0.0
         self.end_s = 0.0
 
@@ -139,7 +141,9 @@ class GraphClient(WarmingClient):
                 self._finished_node(node)
                 return
             self.calls += 1
-            self.sim.submit(self._request(agent, self.spec.output_tokens, lambda r, n=node: self._finished_node(n)))
+            self.path.append(agent)
+            self.sim.submit(self._request(agent, self.spec.output_tokens, lambda r, n=node: self._finished_node(n),
+                                          measured=True))
         if self.tracker.done:
             self.end_s = self.sim.events.now
             self.sim.steps_update(self.hints.update(done=True))
@@ -155,8 +159,46 @@ class GraphClient(WarmingClient):
             self.branch_stats.observe(self.spec.asg.name, node, goto)
         return goto
 
-    def _request(self, agent: str, output: int, on_done: Callable[[SimRequest], None]) -> SimRequest:
+    def _steps_source(self, measured: bool) -> object:
+        return self.tracker
+
+    def _request(self, agent: str, output: int, on_done: Callable[[SimRequest], None],
+                 measured: bool = False) -> SimRequest:
         fixed = self.spec.fixed[agent]
         prompt = fixed + random_tokens(self.rng, self.spec.dynamic_tokens)
-        hint = self.hints.hint(self.tracker, agent, fixed_prefix=1)  # as the runtime's [system, user] call
+        # as the runtime's [system, user] call
+        hint = self.hints.hint(self._steps_source(measured), agent, fixed_prefix=1)  # type: ignore[arg-type]
         return SimRequest(prompt, random_tokens(self.rng, output), (self.inst.namespace, agent), len(fixed), hint, on_done)
+
+
+class FutureSteps:
+    """Steps read from the future: each agent's distance, in calls, from call ``position`` of
+    ``path`` to its next call (0 for the agent of that call; ``inf`` if it is not called again)."""
+
+    def __init__(self, path: Sequence[str], position: int, agents: Iterable[str]) -> None:
+        self.path, self.position, self.agents = path, position, tuple(agents)
+
+    def agent_steps(self) -> dict[str, float]:
+        out = dict.fromkeys(self.agents, math.inf)
+        for j in range(len(self.path) - 1, self.position - 1, -1):
+            out[self.path[j]] = j - self.position
+        return out
+
+
+class OracleClient(GraphClient):
+    """A :class:`GraphClient` whose measured calls carry :class:`FutureSteps` from ``future`` (the
+    path this instance took in a previous run: routing draws from the instance's own seeded stream,
+    so every run takes it); a call that leaves that path raises RuntimeError."""
+
+    def __init__(self, instance: Instance, sim: ServingSim, on_end: Callable[["GraphClient"], None],
+                 future: Sequence[str]) -> None:
+        super().__init__(instance, sim, on_end)
+        self.future = tuple(future)
+
+    def _steps_source(self, measured: bool) -> object:
+        if not measured:
+            return self.tracker
+        i = len(self.path) - 1
+        if i >= len(self.future) or self.future[i] != self.path[i]:
+            raise RuntimeError(f"oracle: {self.inst.workflow_id} left the recorded path at call {i}")
+        return FutureSteps(self.future, i, self.spec.asg.agents)

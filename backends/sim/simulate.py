@@ -15,7 +15,7 @@ from backends.kvcache.policy import BeladyPolicy
 
 from .cost import CostModel
 from .serving import EngineLimits, ServingSim, SimRequest
-from .orchestrator import GraphClient, train
+from .orchestrator import GraphClient, OracleClient, train
 from .profiles import HardwareProfile, ModelProfile, device_kv_tokens
 from .replay import TraceClient, TraceInstance
 from .systems import System
@@ -46,6 +46,8 @@ class SimResult:
     h2d_busy_s: float
     d2h_busy_s: float
     admission_order: tuple[tuple[int, ...], ...] = ()
+    paths: tuple[tuple[str, ...], ...] = ()
+    """Per graph instance, in workload order: the agents of its measured calls (what ``oracle`` reads)."""
 
     @property
     def device_hit_ratio(self) -> float:
@@ -91,9 +93,11 @@ def simulate(
     limits: EngineLimits = EngineLimits(),
     future: Sequence[Sequence[int]] | None = None,
     on_submit: Callable[[SimRequest], None] | None = None,
+    paths: Sequence[Sequence[str]] | None = None,
 ) -> SimResult:
-    """Simulate ``workload`` on ``system``. ``belady`` needs ``future``: the admission order of the
-    same workload (``SimResult.admission_order`` of a previous run, e.g. of ``kvflow``).
+    """Simulate ``workload`` on ``system``. ``belady`` and ``oracle`` need ``future``: the admission
+    order of the same workload (``SimResult.admission_order`` of a previous run, e.g. of ``kvflow``);
+    ``oracle`` also needs that run's ``paths`` (graph workloads only).
     ``on_submit`` sees every request (warm-up included) as it reaches the simulated server."""
     cap = capacity_for(system, workload, hardware, model, device_tokens, host_tokens)
     config = CacheConfig(
@@ -112,9 +116,13 @@ def simulate(
         if future is None:
             raise ValueError("the belady system needs the future admission order (future=...)")
         policy = BeladyPolicy(future)
+    if system.oracle and (paths is None or len(paths) != len(workload.instances)
+                          or not all(isinstance(i, Instance) for i in workload.instances)):
+        raise ValueError("the oracle system needs a graph workload and the paths of a previous run (paths=...)")
     sim = ServingSim(system, CostModel(hardware, model), config, limits=limits, policy=policy, on_submit=on_submit)
     stats = _learned_stats(system, workload)
-    clients = [_client(inst, sim, stats) for inst in workload.instances]
+    clients = [_client(inst, sim, stats, paths[k] if system.oracle and paths else None)
+               for k, inst in enumerate(workload.instances)]
     phase = _Phase(sim, clients, warmup=workload.warmup)
     phase.begin()
     sim.events.run()
@@ -135,6 +143,7 @@ def simulate(
         compute_busy_s=sim.busy.compute_s - phase.busy_before[0],
         h2d_busy_s=sim.h2d.busy_s - phase.busy_before[1], d2h_busy_s=sim.d2h.busy_s - phase.busy_before[2],
         admission_order=tuple(sim.admission_log),
+        paths=tuple(tuple(c.path) for c in clients if isinstance(c, GraphClient)),
     )
 
 
@@ -152,8 +161,10 @@ def _learned_stats(system: System, workload: Workload) -> Any:
     return stats
 
 
-def _client(inst: Any, sim: ServingSim, stats: Any = None) -> Any:
+def _client(inst: Any, sim: ServingSim, stats: Any = None, future: Sequence[str] | None = None) -> Any:
     if isinstance(inst, Instance):
+        if future is not None:
+            return OracleClient(inst, sim, lambda c: None, future)
         return GraphClient(inst, sim, lambda c: None, stats)
     if isinstance(inst, TraceInstance):
         return TraceClient(inst, sim, lambda c: None)

@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Sequence
 
 from .profiles import HardwareProfile, ModelProfile
 from .simulate import SimResult, simulate
-from .systems import SYSTEM_NAMES, get_system
+from .systems import DEFAULT_SYSTEMS, get_system
 from .workloads import Workload
 
 __all__ = ["Scenario", "ScenarioResult", "run_scenario", "run_scenarios", "with_link"]
@@ -42,26 +42,28 @@ class ScenarioResult:
         return r.latency_s if r else None
 
 
-def run_scenario(scenario: Scenario, systems: Sequence[str] = SYSTEM_NAMES) -> ScenarioResult:
-    """Run ``systems`` on one scenario. ``belady`` is given the admission order of the ``kvflow``
-    run (simulated first when not asked for) as its future."""
+def run_scenario(scenario: Scenario, systems: Sequence[str] = DEFAULT_SYSTEMS) -> ScenarioResult:
+    """Run ``systems`` on one scenario. ``belady`` and ``oracle`` are given the admission order
+    (and ``oracle`` the paths) of the ``kvflow`` run, simulated first when not asked for."""
+    oracles = [s for s in systems if s in ("belady", "oracle")]
     for name in systems:
         get_system(name)
-    order = [s for s in systems if s != "belady"]
-    if "belady" in systems and "kvflow" not in order:
+    order = [s for s in systems if s not in oracles]
+    if oracles and "kvflow" not in order:
         order.append("kvflow")
     start = time.perf_counter()
     results: dict[str, SimResult] = {}
-    for name in order + (["belady"] if "belady" in systems else []):
-        future = results["kvflow"].admission_order if name == "belady" else None
+    for name in order + oracles:
+        base = results["kvflow"] if name in oracles else None
         results[name] = simulate(get_system(name), scenario.workload, scenario.hardware, scenario.model,
                                  device_tokens=scenario.device_tokens, host_tokens=scenario.host_tokens,
-                                 future=future)
+                                 future=base.admission_order if base else None,
+                                 paths=base.paths if base and name == "oracle" else None)
     kept = {name: results[name] for name in systems}
     return ScenarioResult(scenario, kept, time.perf_counter() - start)
 
 
-def run_scenarios(scenarios: Iterable[Scenario], systems: Sequence[str] = SYSTEM_NAMES,
+def run_scenarios(scenarios: Iterable[Scenario], systems: Sequence[str] = DEFAULT_SYSTEMS,
                   progress: Callable[[ScenarioResult], None] | None = None) -> list[ScenarioResult]:
     out = []
     for scenario in scenarios:

@@ -9,6 +9,8 @@ kvflow-evict kvflow yes       no       no           workflow-aware eviction alon
 kvflow     kvflow   yes       yes      yes          eviction + overlapped prefetch + status-aware
 kvflow-learned kvflow yes     yes      yes          kvflow with expected steps from learned routing
 belady     belady   yes       yes      yes          offline-optimal eviction, same prefetch
+oracle     belady   yes       yes      yes          offline-optimal eviction + prefetch from the
+                                                    realized future (perfect routing prediction)
 infinite   kvflow   (none)    no       no           device pool holding everything: lower bound
 ========== ======== ========= ======== ============ ============================================
 
@@ -18,13 +20,18 @@ runs the kvflow policy because its extra room holds exactly the fixed prefixes: 
 the never-reused dynamic suffixes first, so no prefix is ever recomputed or loaded.
 ``kvflow-learned`` drives each tracker with the workload's routing statistics (learned online,
 from the workload's prior): its hints carry expected steps instead of the static ones.
+``oracle`` is the ceiling of any predictor inside this brain: its hints carry each agent's true
+distance (in calls) to its next call, read from the path the ``kvflow`` run took (every system
+takes the same path), prefetched with the learned lookahead and evicted by Bélády. It is a bound
+for the analysis of routed workloads, not in the default set (``--systems oracle`` or the routed
+table ask for it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["System", "SYSTEMS", "SYSTEM_NAMES", "get_system", "LEARNED_LOOKAHEAD"]
+__all__ = ["System", "SYSTEMS", "SYSTEM_NAMES", "DEFAULT_SYSTEMS", "get_system", "LEARNED_LOOKAHEAD"]
 
 LEARNED_LOOKAHEAD = 16
 """Prefetch lookahead of ``kvflow-learned``: expected steps of branch candidates are fractional and
@@ -46,6 +53,7 @@ class System:
     infinite: bool = False
     learned: bool = False
     prefetch_lookahead: int = 1
+    oracle: bool = False
 
 
 SYSTEMS: dict[str, System] = {
@@ -58,10 +66,14 @@ SYSTEMS: dict[str, System] = {
         System("kvflow-learned", "kvflow", host_tier=True, prefetch=True, status_aware=True, learned=True,
                prefetch_lookahead=LEARNED_LOOKAHEAD),
         System("belady", "belady", host_tier=True, prefetch=True, status_aware=True),
+        System("oracle", "belady", host_tier=True, prefetch=True, status_aware=True, oracle=True,
+               prefetch_lookahead=LEARNED_LOOKAHEAD),
         System("infinite", "kvflow", host_tier=False, prefetch=False, status_aware=False, infinite=True),
     )
 }
 SYSTEM_NAMES: tuple[str, ...] = tuple(SYSTEMS)
+DEFAULT_SYSTEMS: tuple[str, ...] = tuple(n for n in SYSTEM_NAMES if n != "oracle")
+"""What a run compares unless told otherwise (``oracle`` needs a graph workload's path)."""
 
 
 def get_system(name: str) -> System:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from backends.sim.profiles import ProfileError, available_profiles, load_hardware, load_model
-from backends.sim.systems import SYSTEM_NAMES
+from backends.sim.systems import DEFAULT_SYSTEMS, SYSTEM_NAMES
 
 __all__ = ["add_arguments", "main"]
 
@@ -32,8 +32,9 @@ def _common(p: argparse.ArgumentParser, bundled: dict[str, list[str]]) -> None:
                    % ", ".join(bundled["hardware"]))
     p.add_argument("--model", default="qwen2.5-32b", help="bundled name (%s) or a profile .json"
                    % ", ".join(bundled["model"]))
-    p.add_argument("--systems", nargs="+", default=list(SYSTEM_NAMES), choices=SYSTEM_NAMES, metavar="SYSTEM",
-                   help="systems to compare (default: all of %s)" % ", ".join(SYSTEM_NAMES))
+    p.add_argument("--systems", nargs="+", default=None, choices=SYSTEM_NAMES, metavar="SYSTEM",
+                   help="systems to compare, of %s (default: all but oracle; the routed table adds oracle)"
+                   % ", ".join(SYSTEM_NAMES))
     p.add_argument("--device-tokens", type=int, default=None, help="cap the device KV pool (tokens)")
     p.add_argument("--host-tokens", type=int, default=None, help="host KV pool (tokens)")
     p.add_argument("--seed", type=int, default=0)
@@ -145,9 +146,11 @@ def _scenarios(args: argparse.Namespace):
 def _simulate(args: argparse.Namespace) -> int:
     from backends.sim.report import format_table, plot, rows, write_json
     from backends.sim.sweep import run_scenarios
-    from backends.sim.targets import check_targets
+    from backends.sim.targets import check_targets, learned_bounds
 
     name, scenarios = _scenarios(args)
+    if args.systems is None:  # the routed table's bounds include the perfect-prediction oracle
+        args.systems = list(SYSTEM_NAMES if name.endswith("-table") else DEFAULT_SYSTEMS)
     out = args.out or (DEFAULT_OUT / name)
     print(f"kvflow bench {args.bench_command}: {len(scenarios)} scenarios x {len(args.systems)} systems; results go to "
           f"{out.resolve()}", file=sys.stderr, flush=True)
@@ -162,6 +165,9 @@ def _simulate(args: argparse.Namespace) -> int:
     table = rows(results)
     checks = check_targets(results, wall if name == "standard" else None)
     summary = format_table(table)
+    bounds = learned_bounds(results)
+    if bounds:
+        summary += "\n\n" + "\n".join(bounds)
     if checks:
         summary += "\n\nTargets\n" + "\n".join(
             f"  {'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}" for c in checks)

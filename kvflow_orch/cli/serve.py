@@ -1,7 +1,7 @@
 """``kvflow serve``: start a kvflow server on the embedded engine (default), on SGLang or on vLLM.
 
     kvflow serve --model {smollm2-135m,tiny-random,DIR} --device-tokens N --host-tokens M
-                 --policy POLICY [--no-prefetch] [--port P] [--host H] [--api-key K]
+                 --policy POLICY [--no-prefetch] [--prefetch-lookahead N] [--port P] [--host H] [--api-key K]
                  [--debug-routes] [--engine {local,sglang,vllm}] [SGLANG OR VLLM FLAGS...]
 
 The server binds 127.0.0.1 unless ``--host`` says otherwise. With ``--engine sglang`` (``vllm``) every
@@ -44,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="host KV pool capacity in tokens; 0 disables the host tier (default: the engine's)")
     parser.add_argument("--policy", choices=policy_names(online=True), default="kvflow", help="eviction policy (default: kvflow)")
     parser.add_argument("--no-prefetch", action="store_true", help="do not prefetch host KV ahead of use")
+    parser.add_argument("--prefetch-lookahead", type=non_negative_int, default=None, metavar="N",
+                        help="prefetch agents whose (expected) steps-to-execution are <= N (default: 1). Learned "
+                             "routing sends fractional expected steps above 1 for branch candidates: a wider "
+                             "lookahead (e.g. 16) lets the likeliest of them be loaded; embedded engine only")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     parser.add_argument("--api-key", default=None, metavar="K",
@@ -91,12 +95,18 @@ def _serve_vllm(args: argparse.Namespace, extra: list[str]) -> int:
 def _engine_config(args: argparse.Namespace) -> Any:
     from backends.local import EngineConfig
 
-    sizes = {k: v for k, v in (("device_tokens", args.device_tokens), ("host_tokens", args.host_tokens)) if v is not None}
+    sizes = {k: v for k, v in (("device_tokens", args.device_tokens), ("host_tokens", args.host_tokens),
+                               ("prefetch_lookahead", args.prefetch_lookahead)) if v is not None}
     return EngineConfig.build(model=args.model, policy=args.policy, prefetch=not args.no_prefetch, **sizes)
 
 
 def main(args: argparse.Namespace) -> int:
     extra = list(getattr(args, "extra_argv", []))
+    if args.engine != "local" and args.prefetch_lookahead is not None:
+        print(f"kvflow serve: --prefetch-lookahead sets the embedded engine's brain; with --engine {args.engine} pass "
+              "the plugin's own option (SGLang: --radix-eviction-policy-config '{\"prefetch_lookahead\": N}')",
+              file=sys.stderr)
+        return 2
     if args.engine == "sglang":
         return _serve_sglang(args, extra)
     if args.engine == "vllm":
@@ -138,7 +148,7 @@ def _serve_local(args: argparse.Namespace, sock: Any) -> int:
         return 2
     app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes)
     print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
-          f"prefetch {'off' if args.no_prefetch else 'on'})", file=sys.stderr, flush=True)
+          f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead})", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
     try:
         server.run(sockets=[sock])

@@ -91,3 +91,34 @@ def test_engine_sglang_is_delegated_and_says_what_is_missing(tmp_path, capsys: p
     rc = cli.main(["serve", "--engine", "sglang", "--model", str(tmp_path), "--tp", "2"])
     assert rc == 2
     assert "needs the sglang package" in capsys.readouterr().err
+
+
+def _serve_args(*argv: str):
+    import argparse
+
+    from kvflow_orch.cli import serve
+
+    parser = argparse.ArgumentParser(prog="kvflow serve")
+    serve.add_arguments(parser)
+    args, extra = parser.parse_known_args(list(argv))
+    args.extra_argv = extra
+    return args
+
+
+def test_prefetch_lookahead_reaches_the_engines_brain() -> None:
+    from kvflow_orch.cli.serve import _engine_config
+
+    assert _engine_config(_serve_args("--model", "tiny-random")).cache.prefetch_lookahead == 1
+    config = _engine_config(_serve_args("--model", "tiny-random", "--prefetch-lookahead", "16", "--host-tokens", "0"))
+    assert config.cache.prefetch_lookahead == 16 and config.cache.host_tokens == 0
+
+
+def test_bad_prefetch_lookahead_is_an_argument_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["serve", "--model", "tiny-random", "--prefetch-lookahead", "-1"])
+    assert exc.value.code == 2 and "--prefetch-lookahead" in capsys.readouterr().err
+
+
+def test_prefetch_lookahead_is_refused_for_external_engines(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["serve", "--engine", "sglang", "--model", str(tmp_path), "--prefetch-lookahead", "4"])
+    assert rc == 2 and "radix-eviction-policy-config" in capsys.readouterr().err

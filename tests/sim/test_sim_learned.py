@@ -86,3 +86,52 @@ def test_bench_sim_routed_workloads(tmp_path, workload):
     assert {r["system"] for r in rows} == {"kvflow", "kvflow-learned", "belady", "infinite"}
     assert "kvflow-learned device hits within 5% points of belady" in out.getvalue()
     assert Counter(r["labels"]["zipf_s"] for r in rows) == {1.2: 4}
+
+
+def test_oracle_hints_carry_the_true_distance_to_each_agents_next_call():
+    from backends.sim.sweep import Scenario, run_scenario
+
+    w = routed_workload("swarm", fixed=512, rounds=12)
+    device = routed_device_tokens(w)
+    base = simulate(get_system("kvflow"), w, H100, LLAMA, device_tokens=device, host_tokens=None)
+    path = base.paths[0]
+    assert len(path) == 12 and base.requests == 12
+    hints = []
+    oracle = simulate(get_system("oracle"), w, H100, LLAMA, device_tokens=device, future=base.admission_order,
+                      paths=base.paths, on_submit=lambda req: hints.append(req.hint))
+    assert oracle.paths == base.paths  # routing draws from the instance's own stream: the same path
+    measured = hints[len(w.instances[0].spec.fixed):]  # after one warm-up call per agent
+    for i, hint in enumerate(measured):
+        assert hint.agent == path[i] and hint.steps[path[i]] == 0
+        for agent, steps in hint.steps.items():
+            later = [j for j in range(i, len(path)) if path[j] == agent]
+            assert steps == (later[0] - i if later else float("inf"))
+    # without a host tier nothing can be prefetched: the oracle is Bélády's eviction exactly
+    sr = run_scenario(Scenario("swarm", H100, LLAMA, w, device, 0), ["kvflow", "belady", "oracle"])
+    assert sr.results["oracle"].stats == sr.results["belady"].stats
+
+
+def test_oracle_needs_a_previous_runs_paths():
+    w = routed_workload("swarm", fixed=128, rounds=3)
+    with pytest.raises(ValueError, match="oracle system needs"):
+        simulate(get_system("oracle"), w, H100, LLAMA, device_tokens=4096, future=())
+
+
+def test_routed_summary_prints_the_bounds_side_by_side():
+    from backends.sim.sweep import Scenario, run_scenarios
+    from backends.sim.systems import SYSTEM_NAMES
+    from backends.sim.targets import check_targets, learned_bounds
+
+    w = routed_workload("swarm", fixed=512, rounds=12)
+    device = routed_device_tokens(w)
+    results = run_scenarios([Scenario("swarm-nohost", H100, LLAMA, w, device, 0)], SYSTEM_NAMES)
+    lines = learned_bounds(results)
+    r = results[0].results
+    row = next(line for line in lines if line.startswith("swarm-nohost"))
+    for name in ("kvflow-learned", "belady", "oracle", "infinite"):
+        assert f"{r['kvflow'].latency_s / r[name].latency_s:.3f}x" in row
+    markov = next(line for line in lines if line.startswith("Markov paging bound"))
+    assert "pool of 2 agent prefixes" in markov and "best online policy" in markov
+    speed = next(c for c in check_targets(results) if c.name.startswith("kvflow-learned >= 1.15x"))
+    best = max(r["kvflow"].latency_s / r[n].latency_s for n in ("belady", "oracle"))
+    assert f"bound {best:.3f}x" in speed.detail

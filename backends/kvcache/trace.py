@@ -1,0 +1,155 @@
+"""Record the calls an engine makes on its cache brain; replay them through a fresh brain.
+
+A replay answers "what would another eviction policy, or another pool size, have done on exactly
+these requests?" without the model: the brain decides hits and evictions from token ids, hints and
+sizes alone. With :class:`~.policy.BeladyPolicy` given the recorded admissions as its future, it
+gives the offline-optimal eviction order on the same trace (the bound no online policy can beat);
+with a pool large enough to hold everything, the tokens that any policy must compute (each
+prompt's dynamic part and the first, cold use of each fixed prefix).
+
+Scope: sequential traces without a host tier (one request between ``admit`` and ``unlock`` at a
+time, as a workflow that runs one LLM call after another): eviction is then the only lever, and
+the request order does not depend on the policy. The replay follows the embedded engine's use of
+the brain: ``admit``; ``alloc_device`` for the uncached prompt tokens plus the recorded decode
+room (the last prompt token is always computed); ``insert`` of the recorded tokens; free the
+unused slots; ``unlock``. A recording that breaks these rules is refused with a :class:`TraceError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from kvflow_orch.protocol import KVFlowHint, StepsUpdate
+
+from .cache import KVCache
+from .config import CacheConfig
+from .errors import CacheError
+from .hints import AgentRef
+from .policy import BeladyPolicy, EvictionPolicy
+
+__all__ = ["TraceError", "RecordedRequest", "BrainRecorder", "replay"]
+
+
+class TraceError(CacheError):
+    """A recording the replay cannot follow (concurrent requests, a call out of order)."""
+
+
+@dataclass
+class RecordedRequest:
+    """One request as the engine drove the brain: the prompt, how many of its tokens the engine
+    reused from the cache, how many slots it asked for, what it inserted."""
+
+    prompt: tuple[int, ...]
+    reused: int = 0
+    alloc: int | None = None
+    inserted: tuple[int, ...] | None = None
+    agent: AgentRef | None = None
+    fixed_prefix_tokens: int | None = None
+
+    @property
+    def decode_room(self) -> int:
+        """Slots beyond the computed prompt tokens (the generated tokens' room)."""
+        assert self.alloc is not None
+        return self.alloc - (len(self.prompt) - self.reused)
+
+
+@dataclass
+class BrainRecorder:
+    """Wraps one :class:`KVCache` instance's ``apply_hint``, ``apply_steps``, ``admit``,
+    ``alloc_device`` and ``insert`` (the originals still run) and keeps the calls in order in
+    ``events``: ``("hint", KVFlowHint)``, ``("steps", StepsUpdate)``, ``("request", RecordedRequest)``."""
+
+    cache: KVCache
+    events: list[tuple[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        cache, events = self.cache, self.events
+        admit, alloc, insert = cache.admit, cache.alloc_device, cache.insert
+        apply_hint, apply_steps = cache.apply_hint, cache.apply_steps
+        self._open: RecordedRequest | None = None
+
+        def on_hint(hint: KVFlowHint) -> None:
+            apply_hint(hint)
+            events.append(("hint", hint))
+
+        def on_steps(update: StepsUpdate) -> None:
+            apply_steps(update)
+            events.append(("steps", update))
+
+        def on_admit(tokens: Sequence[int]):
+            if self._open is not None and self._open.inserted is None:
+                events.append(("overlap", None))  # an admission before the last request ended
+            adm = admit(tokens)
+            prompt = tuple(tokens)
+            self._open = RecordedRequest(prompt, reused=min(len(adm.prefix_slots), len(prompt) - 1))
+            events.append(("request", self._open))
+            return adm
+
+        def on_alloc(n: int):
+            if self._open is not None and self._open.alloc is None:
+                self._open.alloc = n
+            return alloc(n)
+
+        def on_insert(tokens: Sequence[int], device_slots: Sequence[int], **kw: Any):
+            if self._open is not None and self._open.inserted is None:
+                self._open.inserted = tuple(tokens)
+                self._open.agent = kw.get("agent")
+                self._open.fixed_prefix_tokens = kw.get("fixed_prefix_tokens")
+            return insert(tokens, device_slots, **kw)
+
+        cache.apply_hint, cache.apply_steps = on_hint, on_steps
+        cache.admit, cache.alloc_device, cache.insert = on_admit, on_alloc, on_insert
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        return [payload for kind, payload in self.events if kind == "request"]
+
+
+def replay(events: Sequence[tuple[str, Any]], config: CacheConfig, *, belady: bool = False,
+           policy: EvictionPolicy | None = None) -> KVCache:
+    """Replay recorded ``events`` through a fresh brain built from ``config`` (its policy, or
+    ``policy``, or with ``belady=True`` Bélády's offline-optimal order given the recorded prompts
+    as the future) and return it; its ``stats`` hold the replayed hits and recomputed tokens.
+    Hint TTLs do not expire during a replay (its clock stands still)."""
+    if config.has_host_tier:
+        raise ValueError("replay covers traces without a host tier (host_tokens=0): loads and demotions are not replayed")
+    if any(kind == "overlap" for kind, _ in events):
+        raise TraceError("the recording has overlapping requests (admitted before the previous one ended, "
+                         "or admitted again after a refused allocation): the replay follows sequential traces")
+    requests = [p for kind, p in events if kind == "request"]
+    for i, r in enumerate(requests):
+        if r.alloc is None or r.inserted is None or len(r.prompt) < 1:
+            raise TraceError(f"recorded request {i} is incomplete (admit without alloc_device/insert): "
+                             "the replay needs one complete request at a time")
+    if belady:
+        policy = BeladyPolicy([r.prompt for r in requests])
+    cache = KVCache(replace(config, prefetch=False), clock=lambda: 0.0, policy=policy)
+    for kind, payload in events:
+        if kind == "hint":
+            cache.apply_hint(payload)
+        elif kind == "steps":
+            cache.apply_steps(payload)
+        elif kind == "request":
+            _replay_request(cache, payload)
+        else:
+            raise TraceError(f"unknown recorded event {kind!r}")
+    return cache
+
+
+def _replay_request(cache: KVCache, r: RecordedRequest) -> None:
+    adm = cache.admit(r.prompt)
+    reused = min(len(adm.prefix_slots), len(r.prompt) - 1)
+    alloc = cache.alloc_device(len(r.prompt) - reused + r.decode_room)
+    if alloc.slots is None:
+        raise TraceError(f"replay: no room for a request of {len(r.prompt)} tokens in a "
+                         f"{cache.config.device_tokens}-token pool")
+    assert r.inserted is not None
+    n = len(r.inserted)
+    if n < reused or n - reused > len(alloc.slots):
+        raise TraceError(f"recorded insert of {n} tokens does not fit a request that reused {reused}")
+    own = list(alloc.slots)
+    slots = list(adm.prefix_slots[:reused]) + own[: n - reused]
+    cache.insert(r.inserted, slots, agent=r.agent, fixed_prefix_tokens=r.fixed_prefix_tokens)
+    cache.free_device(own[n - reused:])
+    cache.unlock(adm.handle)

@@ -1,0 +1,87 @@
+"""Recording an engine's calls on the brain and replaying them: the same policy reproduces the
+counters exactly, Bélády's offline order never recomputes more, a pool that holds everything
+recomputes exactly the floor (dynamic parts and first uses), and traces the replay cannot follow
+are refused."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from backends.kvcache import CacheConfig, KVCache
+from backends.kvcache.trace import BrainRecorder, TraceError, replay
+from kvflow_orch.protocol import KVFlowHint
+
+AGENTS = {name: [1000 * (i + 1) + k for k in range(24)] for i, name in enumerate("abcdef")}
+WEIGHTS = [8, 4, 2, 1, 1, 1]
+
+
+def engine_like_request(cache: KVCache, prompt: list[int], agent: str, output: int = 3) -> None:
+    """What the embedded engine does for one request (scheduler._try_admit / _give_back)."""
+    adm = cache.admit(prompt)
+    reused = min(len(adm.prefix_slots), len(prompt) - 1)
+    alloc = cache.alloc_device(len(prompt) - reused + output - 1)
+    assert alloc.slots is not None
+    n = len(prompt) + output - 1
+    outputs = [90_000 + k for k in range(output - 1)]
+    cache.insert(prompt + outputs, list(adm.prefix_slots[:reused]) + list(alloc.slots[: n - reused]),
+                 agent=("ns", agent), fixed_prefix_tokens=len(AGENTS[agent]))
+    cache.free_device(alloc.slots[n - reused:])
+    cache.unlock(adm.handle)
+
+
+def recorded_run(config: CacheConfig, calls: int = 60, seed: int = 1):
+    rng = random.Random(seed)
+    cache = KVCache(config, clock=lambda: 0.0)
+    rec = BrainRecorder(cache)
+    names = list(AGENTS)
+    floor, seen = 0, set()
+    for i in range(calls):
+        agent = rng.choices(names, WEIGHTS)[0]
+        # expected steps as a learned tracker would send them: likelier agents nearer
+        steps = {n: round(1 + 10 / w, 2) for n, w in zip(names, WEIGHTS)}
+        steps[agent] = 0
+        cache.apply_hint(KVFlowHint(workflow_id=f"w{i // 10}", namespace="ns", agent=agent, steps=steps))
+        dynamic = [50_000 + 8 * i + k for k in range(8)]
+        engine_like_request(cache, AGENTS[agent] + dynamic, agent)
+        floor += len(dynamic) + (0 if agent in seen else len(AGENTS[agent]))
+        seen.add(agent)
+    return cache, rec, floor
+
+
+def test_replay_with_the_same_policy_reproduces_the_counters() -> None:
+    config = CacheConfig(device_tokens=80, host_tokens=0, policy="kvflow", namespace_cap_tokens=80)
+    cache, rec, _ = recorded_run(config)
+    again = replay(rec.events, config)
+    assert again.stats.as_dict() == cache.stats.as_dict()
+    assert again.stats.recomputed_tokens > 0 and len(rec.requests) == 60
+    again.check_integrity()
+
+
+def test_belady_bounds_every_online_policy_and_a_huge_pool_gives_the_floor() -> None:
+    config = CacheConfig(device_tokens=80, host_tokens=0, policy="kvflow", namespace_cap_tokens=80)
+    cache, rec, floor = recorded_run(config)
+    kvflow = cache.stats.recomputed_tokens
+    lru = replay(rec.events, CacheConfig(device_tokens=80, policy="lru")).stats.recomputed_tokens
+    best = replay(rec.events, config, belady=True).stats.recomputed_tokens
+    everything = replay(rec.events, CacheConfig(device_tokens=10_000, namespace_cap_tokens=10_000))
+    assert everything.stats.recomputed_tokens == floor
+    assert floor <= best <= min(kvflow, lru) and best < lru
+
+
+def test_traces_the_replay_cannot_follow_are_refused() -> None:
+    config = CacheConfig(device_tokens=200)
+    cache = KVCache(config, clock=lambda: 0.0)
+    rec = BrainRecorder(cache)
+    first = cache.admit(AGENTS["a"] + [1])
+    cache.admit(AGENTS["b"] + [2])  # a second request before the first one ended
+    cache.unlock(first.handle)
+    with pytest.raises(TraceError, match="overlapping"):
+        replay(rec.events, config)
+    with pytest.raises(ValueError, match="host tier"):
+        replay([], CacheConfig(device_tokens=200, host_tokens=100))
+    incomplete = BrainRecorder(KVCache(config, clock=lambda: 0.0))
+    incomplete.cache.admit(AGENTS["a"] + [1])
+    with pytest.raises(TraceError, match="incomplete"):
+        replay(incomplete.events, config)
