@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 from recording_server import Behaviour, RecordingServer
@@ -97,7 +98,7 @@ async def test_garbage_reply_names_node_and_url():
 
 
 async def test_cancellation_tells_backend_and_leaves_nothing(server):
-    server.behaviour.delay_s = 1.0
+    server.behaviour.delay_s = 2.0
     wf = Workflow("cancel")
 
     @wf.agent(system="Sync.")
@@ -110,7 +111,11 @@ async def test_cancellation_tells_backend_and_leaves_nothing(server):
     wf.add_edge("fork", "blocking")
     wf.add_edge("fork", "async_one")
     task = asyncio.ensure_future(arun(wf, {}, backend=server.url, workflow_id="w-cancel"))
-    await asyncio.sleep(0.3)
+    # Wait until both calls reached the server (a fixed sleep flaked on a loaded machine), with a
+    # deadline well inside the server's reply delay so they are still in flight when we cancel.
+    deadline = time.monotonic() + 1.5
+    while len(server.chats()) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
     assert len(server.chats()) == 2  # both calls in flight
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
