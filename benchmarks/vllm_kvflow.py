@@ -7,11 +7,13 @@ on SmolLM2-135M (with ``.venv-vllm``'s Python), drives the real kvflow runtime o
 two workloads, and reads vLLM's own ``/metrics`` counters around each:
 
 * ``cycle``: the paper's sequential workflow with six agents in a cycle (each fixed prompt 700
-  tokens, 32 dynamic, 32 out), ``--rounds`` rounds (``workflows.synthetic``);
+  tokens, 32 dynamic, 32 out), ``--rounds`` rounds (``workflows.synthetic``); ``cycle_out8``: the
+  same with 8-token replies (``--cycle-output``; short agent replies: verdicts, routing, tool calls);
 * ``metagpt``: the MetaGPT-style company with its Engineer <-> QA loop (``workflows.metagpt``, fixed
   prompts 700-900 tokens).
 
-The KV pool holds about half of the six agents' fixed prompts. Printed: prefix-cache hit ratio
+The KV pool holds about half of the six agents' fixed prompts; every workload starts from an empty
+prefix cache. Printed: prefix-cache hit ratio
 (``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``), end-to-end workflow time, their
 kvflow/stock ratios, and whether every greedy reply is identical under both policies. The machine
 may be shared: the ratios of one run, measured back to back, are the result.
