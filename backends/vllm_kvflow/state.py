@@ -81,13 +81,28 @@ class KVFlowState:
         ref: AgentRef = (hint.namespace, hint.agent)
         self.hints.apply_hint(hint)
         self.counters["hinted_requests"] += 1
-        fixed = self.segmenter.observe(ref, prompt_ids, explicit)
+        fixed = self.reusable_prefix(ref, prompt_ids, explicit)
         full = min(fixed // self.block_size, len(block_hashes))
         if full:
             self.tag(ref, block_hashes[:full])
             self.hints.note_fixed_tokens(ref, full * self.block_size)
             self.counters["tagged_requests"] += 1
         return ref
+
+    def reusable_prefix(self, ref: AgentRef, prompt_ids: list[int], explicit: int | None) -> int:
+        """Tokens of this request the agent is expected to reuse: its declared fixed prompt
+        (``explicit``), extended by what it shares with the agent's previous request.
+
+        The declared boundary is a lower bound, not the whole of what recurs: an agent in a loop
+        (MetaGPT's Engineer, re-sent the same design and plan every fix round) repeats the start of
+        its dynamic message too. Blocks left untagged there are evicted before every tagged block,
+        while stock LRU keeps them; tagging the shared part with the agent's steps keeps the
+        brain's order meaningful for it. Without a declared boundary this is the segmenter's own
+        inference (the common prefix alone)."""
+        shared = self.segmenter.observe(ref, prompt_ids)
+        if explicit is None:
+            return shared
+        return max(min(explicit, len(prompt_ids)), shared)
 
     def tag(self, ref: AgentRef, hashes: Iterable[Hashable]) -> None:
         for h in hashes:

@@ -9,7 +9,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, TypedDict
 
 import httpx
 import pytest
@@ -137,3 +137,61 @@ def test_a_hinted_agents_fixed_prompt_outlives_untagged_prefixes(url: str) -> No
     assert again["cached"] >= 3 * BLOCK, (again, after)
     assert plain["cached"] == 0, plain
     assert again["text"] == cold["text"]  # greedy output is the same cold and from the cache
+
+
+class LoopState(TypedDict, total=False):
+    rounds: int
+
+
+def test_an_instrumented_langgraph_app_drives_the_scheduler(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real LangGraph app (planner -> coder -> reviewer -> fix: coder | ship), made kvflow-aware by
+    the README's two lines, against this server over HTTP: the client's /kvflow/v1/info probe finds
+    a kvflow server, every call's hint reaches the scheduler and tags the agent's prompt, the
+    steps protect the coder's prefix while the reviewer runs, and ``done`` ends the workflow."""
+    pytest.importorskip("langchain_openai", reason="bash .ci/setup-vllm installs LangGraph into .venv-vllm")
+    from langchain_core.messages import HumanMessage, SystemMessage
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, StateGraph
+
+    from kvflow_orch.langgraph import async_http_client, handler_of, http_client, instrument
+
+    monkeypatch.setenv("KVFLOW_API_KEY", "sekret")  # the probe and steps updates (ChatOpenAI's key covers /v1)
+    llm = ChatOpenAI(model=_model(url), base_url=url + "/v1", api_key="sekret", max_retries=0, max_tokens=4,
+                     temperature=0, http_client=http_client(), http_async_client=async_http_client())
+    systems = {role: _system(300) for role in ("planner", "coder", "reviewer")}  # 2+ full blocks each
+    before = _stats(url)
+    seen: dict[str, dict] = {}
+
+    def agent(role: str):
+        def node(state: LoopState) -> dict:
+            if role == "reviewer" and "reviewer" not in seen:  # the coder ran and will run again
+                seen["reviewer"] = _stats(url)
+            llm.invoke([SystemMessage(systems[role]), HumanMessage(f"Round {state.get('rounds', 0)}: go.")])
+            return {"rounds": state.get("rounds", 0) + 1} if role == "reviewer" else {}
+        return node
+
+    graph = StateGraph(LoopState)
+    for role in systems:
+        graph.add_node(role, agent(role))
+    graph.add_edge(START, "planner")
+    graph.add_edge("planner", "coder")
+    graph.add_edge("coder", "reviewer")
+    graph.add_conditional_edges("reviewer", lambda s: "fix" if s["rounds"] < 2 else "ship", {"fix": "coder", "ship": END})
+    app = instrument(graph.compile(), namespace="lg-vllm", backend_url=url)
+    try:
+        app.invoke({"rounds": 0}, {"metadata": {"kvflow_workflow_id": "lg-wf"}, "recursion_limit": 12})
+        handler_of(app).backend.flush()
+    finally:
+        handler_of(app).backend.close()
+    after = _stats(url)
+    calls = 5  # planner, coder, reviewer, coder, reviewer
+    assert after["hinted_requests"] == before["hinted_requests"] + calls, after
+    assert after["tagged_requests"] == before["tagged_requests"] + calls, after
+    assert after["bad_hints"] == before["bad_hints"]
+    assert after["steps_updates"] > before["steps_updates"]  # out-of-band updates reached the scheduler
+    mid = seen["reviewer"]
+    assert mid["workflows"] == before["workflows"] + 1, mid
+    assert mid["protected_blocks"] >= before["protected_blocks"] + 2, mid  # the coder's 2 tagged blocks
+    assert after["workflows"] == before["workflows"]  # done reached it too
+    # the second coder and reviewer calls found their system prompts in vLLM's prefix cache
+    assert after["device_hit_tokens"] - before["device_hit_tokens"] >= 2 * 2 * BLOCK, after

@@ -53,6 +53,21 @@ def test_without_an_explicit_boundary_the_segmenter_finds_the_shared_prefix() ->
     assert set(state.tags) == {"q-0", "q-1"}  # 9 shared tokens -> 2 full blocks
 
 
+def test_what_an_agent_repeats_beyond_its_declared_prefix_is_tagged_from_its_second_request() -> None:
+    # an Engineer in a fix loop: fixed prompt (8 tokens declared), then the same design (8 tokens)
+    # every round, then what changes
+    state = _state()
+    system, design = [1] * 8, [2] * 8
+    state.on_request(_params("eng", {"eng": 0}, prefix_tokens=8), system + design + [3] * 4, _hashes("e", 5))
+    assert set(state.tags) == {"e-0", "e-1"}  # first request: the declared prefix only
+    state.on_request(_params("eng", {"eng": 0}, prefix_tokens=8), system + design + [4] * 6, _hashes("e", 5))
+    assert set(state.tags) == {f"e-{i}" for i in range(4)}  # + the 2 blocks of the repeated design
+    assert state.hints.fixed_tokens(("default", "eng")) == 16
+    # a request sharing less than the declared prefix still tags the declared prefix
+    state.on_request(_params("eng", {"eng": 0}, prefix_tokens=8), system + [9] * 12, _hashes("f", 5))
+    assert {"f-0", "f-1"} <= set(state.tags) and "f-2" not in state.tags
+
+
 def test_malformed_hint_is_counted_and_ignored() -> None:
     state = _state()
     assert state.on_request({HINT_KEY: {"agent": ""}}, [1, 2, 3, 4], ["h"]) is None
