@@ -41,6 +41,33 @@ def _version() -> str:
         return "0+unknown"
 
 
+def _in_passing_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` run on a thread that exits when it returns (its exception re-raised here).
+
+    The model runs on the loop thread. Loading it (casts, pool allocation: parallel torch ops) on the
+    caller's thread would leave that thread an OpenMP worker team for the life of the process; with
+    two teams alive, more OpenMP threads exist than a small machine has cores, and libgomp then
+    stops spin-waiting between parallel regions: every op of every forward pays a futex wake-up.
+    On 2 cores that made a SmolLM2 decode step ~1.7x and a 1k-token prefill ~1.6x slower than the
+    same forwards on the loading thread. A thread's team is released when the thread ends, so only
+    the loop thread's remains."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name="kvflow-engine-load", daemon=True)
+    thread.start()
+    thread.join()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
 class Engine:
     """``Engine(EngineConfig(...))`` loads the model at construction; ``start()`` (or the first
     request) starts the loop thread; ``shutdown()`` fails what is still queued and stops it."""
@@ -49,14 +76,18 @@ class Engine:
         """``load_copy(task)``, when given, performs the prefetch worker's host->device copies instead
         of the built-in one: a seam for injecting copy faults (tests, fault drills)."""
         self.config = config or EngineConfig()
-        loaded = load_model(self.config.model, dtype=self.config.torch_dtype(), device=self.config.torch_device(),
-                            seed=self.config.seed)
+        self._wake = threading.Event()
+
+        def build() -> tuple[Any, Scheduler, Grammars]:
+            loaded = load_model(self.config.model, dtype=self.config.torch_dtype(), device=self.config.torch_device(),
+                                seed=self.config.seed)
+            return (loaded, Scheduler(self.config, loaded, self._wake.set, load_copy),
+                    Grammars(loaded.tokenizer, loaded.model.cfg.vocab_size))
+
+        loaded, self.scheduler, self.grammars = _in_passing_thread(build)
         self.model_name = loaded.name
         self.tokenizer: ChatTokenizer = loaded.tokenizer
         self.model_config = loaded.model.cfg
-        self._wake = threading.Event()
-        self.scheduler = Scheduler(self.config, loaded, self._wake.set, load_copy)
-        self.grammars = Grammars(self.tokenizer, self.model_config.vocab_size)
         self._thread: threading.Thread | None = None
         self._stop = False
         self._lock = threading.Lock()

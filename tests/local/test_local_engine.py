@@ -315,3 +315,28 @@ async def test_unexpected_loop_error_fails_requests_cleanly_and_keeps_serving(en
         await engine.generate(chat(engine, "planner", "Anything."))
     assert_no_leak(engine)
     assert (await engine.generate(chat(engine, "planner", "Anything."))).finish_reason == "length"
+
+
+def test_model_loads_on_a_passing_thread_and_load_errors_reach_the_caller(monkeypatch):
+    # Loading on the caller's thread would leave it an OpenMP team next to the loop thread's, which
+    # on a small machine throttles libgomp's spin-waiting and slows every forward (see engine.py).
+    import threading
+
+    import backends.local.engine as engine_module
+
+    loaders: list[threading.Thread] = []
+    real_load = engine_module.load_model
+
+    def recording_load(*args, **kwargs):
+        loaders.append(threading.current_thread())
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "load_model", recording_load)
+    engine = make_engine()
+    try:
+        assert loaders and loaders[0] is not threading.current_thread() and not loaders[0].is_alive()
+        assert asyncio.run(engine.generate(chat(engine, "planner", "hi", max_tokens=2))).output_ids
+    finally:
+        engine.close()
+    with pytest.raises(ValueError, match="unknown model 'gpt-17'"):
+        make_engine(model="gpt-17")
