@@ -158,8 +158,12 @@ class Attention(nn.Module):
         k_pool, v_pool = kv
         k_pool[rb.write_slots] = k.to(k_pool.dtype)
         v_pool[rb.write_slots] = v.to(v_pool.dtype)
-        keys = k_pool[rb.ctx_slots].to(q.dtype).transpose(1, 2)  # [B, kvh, L, hd]
-        values = v_pool[rb.ctx_slots].to(q.dtype).transpose(1, 2)
+        # index_select on the flat slot list gathers the same rows as ``pool[ctx_slots]`` several
+        # times faster on the CPU (advanced indexing was over half of a long-context decode step).
+        gathered = (rb.batch, rb.ctx_slots.shape[1], cfg.num_kv_heads, cfg.head_dim)
+        flat = rb.ctx_slots.reshape(-1)
+        keys = k_pool.index_select(0, flat).view(gathered).to(q.dtype).transpose(1, 2)  # [B, kvh, L, hd]
+        values = v_pool.index_select(0, flat).view(gathered).to(q.dtype).transpose(1, 2)
         if rb.decode:
             return self.o_proj(decode_attention(q, keys, values, rb.mask))
         if rb.max_q == 1:
