@@ -126,18 +126,26 @@ class Rotary(nn.Module):
 
 
 def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """One query per sequence: ``q`` ``[B, heads, hd]``, ``keys``/``values`` ``[B, kv_heads, L, hd]``,
-    ``mask`` ``[B, 1, 1, L]`` -> ``[B, heads * hd]``. Two batched matmuls over the query heads of each
-    KV head (GQA without repeating K/V) and a float32 softmax: the fused attention kernels are built
-    for many queries, and on the CPU they cost several times this for a single one. Used for
+    """One query per sequence: ``q`` ``[B, heads, hd]``, ``keys``/``values`` ``[B, L, kv_heads * hd]`` (rows as
+    gathered from the pool, no copy), ``mask`` ``[B, 1, 1, L]`` -> ``[B, heads * hd]``.
+
+    The fused attention kernels are built for many queries; on the CPU they cost several times this for a
+    single one, and so does any layout that needs K/V transposed per KV head (the copy dominated long
+    contexts). Instead every query head is scored against all KV heads' columns in one matmul, with
+    ``q`` spread block-diagonally (zeros outside its own KV head's block), and the output keeps each
+    head's own block: a few times the (tiny) multiply work, no K/V copy. Softmax in float32. Used for
     generated tokens only: a prompt's tokens always take the fused kernel (see ``Attention``)."""
     b, heads, hd = q.shape
-    kv_heads = keys.shape[1]
-    grouped = q.view(b, kv_heads, heads // kv_heads, hd)
-    scores = torch.matmul(grouped, keys.transpose(-1, -2)).float() * hd ** -0.5  # [B, kvh, group, L]
-    scores.masked_fill_(~mask.view(b, 1, 1, -1), float("-inf"))
-    probs = scores.softmax(-1).to(values.dtype)
-    return torch.matmul(probs, values).reshape(b, heads * hd)
+    kv_heads = keys.shape[-1] // hd
+    group = heads // kv_heads
+    own_block = torch.eye(kv_heads, dtype=q.dtype, device=q.device)
+    # spread[b, k*hd + d, m*group + j] = q[b, k*group + j, d] when k == m, else 0
+    spread = torch.einsum("bkjd,km->bkdmj", q.view(b, kv_heads, group, hd), own_block).reshape(b, kv_heads * hd, heads)
+    scores = torch.bmm(keys, spread).float() * hd ** -0.5  # [B, L, heads]
+    scores.masked_fill_(~mask.view(b, -1, 1), float("-inf"))
+    probs = scores.softmax(1).to(values.dtype)
+    out = torch.bmm(probs.transpose(1, 2), values).view(b, kv_heads, group, kv_heads, hd)  # every head x every block
+    return torch.diagonal(out, dim1=1, dim2=3).permute(0, 3, 1, 2).reshape(b, heads * hd)
 
 
 class Attention(nn.Module):
@@ -160,12 +168,14 @@ class Attention(nn.Module):
         v_pool[rb.write_slots] = v.to(v_pool.dtype)
         # index_select on the flat slot list gathers the same rows as ``pool[ctx_slots]`` several
         # times faster on the CPU (advanced indexing was over half of a long-context decode step).
-        gathered = (rb.batch, rb.ctx_slots.shape[1], cfg.num_kv_heads, cfg.head_dim)
         flat = rb.ctx_slots.reshape(-1)
-        keys = k_pool.index_select(0, flat).view(gathered).to(q.dtype).transpose(1, 2)  # [B, kvh, L, hd]
-        values = v_pool.index_select(0, flat).view(gathered).to(q.dtype).transpose(1, 2)
+        rows = (rb.batch, rb.ctx_slots.shape[1], cfg.num_kv_heads * cfg.head_dim)
+        keys = k_pool.index_select(0, flat).view(rows).to(q.dtype)  # [B, L, kvh * hd]
+        values = v_pool.index_select(0, flat).view(rows).to(q.dtype)
         if rb.decode:
             return self.o_proj(decode_attention(q, keys, values, rb.mask))
+        per_head = (rb.batch, rb.ctx_slots.shape[1], cfg.num_kv_heads, cfg.head_dim)
+        keys, values = keys.view(per_head).transpose(1, 2), values.view(per_head).transpose(1, 2)  # [B, kvh, L, hd]
         if rb.max_q == 1:
             # A prompt's last token alone (its prefix cached) goes through the same kernel as a
             # prefill chunk, so the first generated token is the same bits either way, even in bf16.
