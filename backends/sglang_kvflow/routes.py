@@ -17,7 +17,8 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from kvflow_orch.protocol import CUSTOM_PARAMS, INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError, read_steps_update, steps_as_json
+from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError, read_steps_update,
+                                  steps_as_json)
 
 from .hints_bridge import KVFlowStatsReq, KVFlowStepsReq
 from .stats import merge_stats

@@ -24,7 +24,8 @@ from typing import Any, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from kvflow_orch.protocol import CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, STATS_ROUTE, STEPS_ROUTE, HintError, extract_hint, read_steps_update
+from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, STATS_ROUTE, STEPS_ROUTE, HintError,
+                                  extract_hint, read_steps_update)
 
 from . import PLUGIN_NAME, UTILITY
 from .state import HINT_KEY, PREFIX_TOKENS_KEY

@@ -190,8 +190,9 @@ def _openai_locations(info: Mapping[str, Any]) -> list[Any]:
     if openai is None and isinstance(hints, Mapping):
         return [CUSTOM_PARAMS]  # locations for other routes only
     if not isinstance(openai, list) or not all(isinstance(x, str) for x in openai):
-        raise HintLocationError(f"the server's info has a malformed hints field {hints!r:.200}: expected "
-                                f'{{"openai": [location, ...]}} with locations among {", ".join(OPENAI_HINT_LOCATIONS)}')
+        raise HintLocationError(
+            f"the server's info has a malformed hints field {hints!r:.200}: expected "
+            f'{{"openai": [location, ...]}} with locations among {", ".join(OPENAI_HINT_LOCATIONS)}')
     return openai
 
 

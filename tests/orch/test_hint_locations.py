@@ -43,7 +43,8 @@ def test_every_location_round_trips_and_keeps_its_neighbours(location: str) -> N
 
 
 def test_route_defaults_are_custom_params_and_generate_params() -> None:
-    assert attach_hint({}, HINT) == attach_hint({}, HINT, location=CUSTOM_PARAMS) == {"custom_params": {"kvflow": HINT.model_dump(mode="json")}}
+    expected = {"custom_params": {"kvflow": HINT.model_dump(mode="json")}}
+    assert attach_hint({}, HINT) == attach_hint({}, HINT, location=CUSTOM_PARAMS) == expected
     assert extract_hint(attach_hint({}, HINT, route="generate"), location=GENERATE_PARAMS) == HINT
 
 

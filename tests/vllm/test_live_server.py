@@ -167,7 +167,8 @@ def test_an_instrumented_langgraph_app_drives_the_scheduler(url: str, monkeypatc
             return super().handle_request(request)
 
     llm = ChatOpenAI(model=_model(url), base_url=url + "/v1", api_key="sekret", max_retries=0, max_tokens=4,
-                     temperature=0, http_client=http_client(transport=Recorder()), http_async_client=async_http_client())
+                     temperature=0, http_client=http_client(transport=Recorder()),
+                     http_async_client=async_http_client())
     systems = {role: _system(300) for role in ("planner", "coder", "reviewer")}  # 2+ full blocks each
     before = _stats(url)
     seen: dict[str, dict] = {}
