@@ -146,8 +146,8 @@ class Backend:
         return known
 
     def _probe_gateway(self) -> tuple[list[dict[str, Any]], int | None, str | None]:
-        """Find the gateway's workers (given or listed) and probe each: (the infos of those that are
-        kvflow servers, the last probe's HTTP status, why not when none is)."""
+        """Find the gateway's workers (given or listed) and probe them until one is a kvflow server:
+        ([its info] or [], the last probe's HTTP status, why not when none is)."""
         assert self.url is not None
         workers = self._workers
         if not workers:
@@ -157,17 +157,15 @@ class Backend:
                 workers = workers_from_listing(self.url, listing)
             except Exception as exc:  # noqa: BLE001 - unreachable or no workers: no hints, one warning
                 return [], None, f"is a gateway whose workers are unknown: {exc}"
-        status, infos = None, []
-        for worker in workers:  # every one: the hint must sit where any worker the gateway picks reads it
+        status = None
+        for worker in workers:  # the first kvflow worker's info decides: one gateway's workers run one backend
             info, status = _probe(worker, self._headers)
             if info is not None:
-                infos.append(info)
-        if infos:
-            with self._lock:
-                if self.router is None:
-                    key = os.environ.get("KVFLOW_API_KEY")
-                    self.router = StepsRouter(workers, timeout_s=_PROBE_TIMEOUT_S, api_key=key)
-            return infos, status, None
+                with self._lock:
+                    if self.router is None:
+                        key = os.environ.get("KVFLOW_API_KEY")
+                        self.router = StepsRouter(workers, timeout_s=_PROBE_TIMEOUT_S, api_key=key)
+                return [info], status, None
         return [], status, f"is a gateway none of whose workers ({', '.join(workers)}) answers {INFO_ROUTE}"
 
     # ------------------------------------------------------------------ updates
