@@ -11,7 +11,7 @@ from typing import Any, Callable
 from fastapi import APIRouter, Request
 
 from backends.server.serving import ServerContext, parse_body
-from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, StepsUpdate
+from kvflow_orch.protocol import CUSTOM_PARAMS, INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, StepsUpdate
 
 __all__ = ["kvflow_router", "SERVER_API_VERSION"]
 
@@ -24,7 +24,7 @@ def kvflow_router(ctx: ServerContext, steps_observer: StepsObserver | None = Non
 
     @router.api_route(INFO_ROUTE, methods=["GET", "HEAD"])
     async def info() -> dict[str, Any]:
-        return {**ctx.engine.info(), "api": SERVER_API_VERSION}
+        return {**ctx.engine.info(), "api": SERVER_API_VERSION, "hints": {"openai": [CUSTOM_PARAMS]}}
 
     @router.post(STEPS_ROUTE)
     async def steps(request: Request) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError, read_steps_update, steps_as_json
+from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError, read_steps_update,
+                                  steps_as_json)
 
 from .hints_bridge import KVFlowStatsReq, KVFlowStepsReq
 from .stats import merge_stats
@@ -83,6 +84,7 @@ def info_payload(server_args: Any) -> dict[str, Any]:
             "hicache_ratio": getattr(server_args, "hicache_ratio", None) if hicache else None,
             "hicache_size_gb": getattr(server_args, "hicache_size", None) if hicache else None,
         },
+        "hints": {"openai": [CUSTOM_PARAMS]},  # what hints_bridge reads
         "routes": {"steps": STEPS_ROUTE, "stats": STATS_ROUTE},
     }
 

@@ -24,7 +24,8 @@ from typing import Any, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from kvflow_orch.protocol import INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError, extract_hint, read_steps_update
+from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, STATS_ROUTE, STEPS_ROUTE, HintError,
+                                  extract_hint, read_steps_update)
 
 from . import PLUGIN_NAME, UTILITY
 from .state import HINT_KEY, PREFIX_TOKENS_KEY
@@ -206,7 +207,8 @@ class KVFlowEndpoints:
                 "num_gpu_blocks": getattr(cache, "num_gpu_blocks", None),
                 "device_tokens": core.get("device_tokens"),
             },
-            "hints": {"openai": ["custom_params.kvflow", "kv_transfer_params.kvflow"]},
+            # vLLM's own field first: it reaches Request.kv_transfer_params as sent
+            "hints": {"openai": [KV_TRANSFER_PARAMS, CUSTOM_PARAMS]},
             "routes": {"steps": STEPS_ROUTE, "stats": STATS_ROUTE},
         })
 

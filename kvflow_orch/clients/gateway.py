@@ -1,6 +1,7 @@
 """LLM client for many kvflow workers behind a gateway (SGLang's model gateway, ``smg``).
 
-Chat requests go to the gateway with the hint in the body, as to one server, plus a routing
+Chat requests go to the gateway with the hint in the body, as to one server (at a location every
+kvflow worker's ``/kvflow/v1/info`` names), plus a routing
 header (``x-smg-routing-key``; smg's ``manual`` policy routes sticky by it) whose value groups the
 calls that should share a worker:
 
@@ -108,6 +109,8 @@ class GatewayClient(HttpClient):
                     self.router.add_worker(url)
             infos = await asyncio.gather(*(self._worker_info(url) for url in self.router.workers))
             kvflow = [info for info in infos if info is not None]
+            if kvflow and self.config.hints:  # a location every kvflow worker reads: any may get the call
+                self._learn_hint_location(*kvflow)
             self._kvflow = self.config.hints and bool(kvflow)
             if self._model is None:
                 self._model = (kvflow[0].get("model") if kvflow else None) or await self._first_model() or "default"

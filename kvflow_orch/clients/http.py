@@ -1,8 +1,11 @@
 """LLM client for any OpenAI-compatible server, kvflow-aware when the server says so.
 
 On first use the client probes ``GET /kvflow/v1/info`` once. A JSON object there means a kvflow
-server (the embedded server or the SGLang plugin): every chat request carries the hint as
-top-level ``custom_params.kvflow`` and steps updates go to ``POST /kvflow/v1/steps``. Anything
+server (the embedded server, the SGLang or the vLLM plugin): every chat request carries the hint
+where that answer's ``hints.openai`` says (:func:`~kvflow_orch.protocol.hint_location`; top-level
+``custom_params.kvflow`` for a server that names none, ``kv_transfer_params.kvflow`` for vLLM) and
+steps updates go to ``POST /kvflow/v1/steps``; a server naming only locations this client does not
+know is a :class:`BackendError` at the first call. Anything
 else (404, not JSON) means a plain OpenAI-compatible server: no hints, no updates, one warning.
 
 Connection failures and 502/503/504 are retried ``retries`` times with exponential backoff; then
@@ -22,7 +25,8 @@ from typing import Any
 import httpx
 
 from ..protocol import Sampling
-from ..protocol import INFO_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_hint
+from ..protocol import (CUSTOM_PARAMS, INFO_ROUTE, STEPS_ROUTE, HintLocationError, KVFlowHint, StepsUpdate,
+                        attach_hint, hint_location)
 from .outbox import Outbox
 from .base import BackendError, LLMClient, LLMReply, Messages
 
@@ -63,6 +67,7 @@ class HttpClient(LLMClient):
         self._probe_lock = asyncio.Lock()
         self._probed = False
         self._kvflow = False
+        self._hint_location = CUSTOM_PARAMS
         self._model = self.config.model
         self._outbox = Outbox(self._post_steps, self.name)
         self._held: list[StepsUpdate] = []
@@ -70,6 +75,17 @@ class HttpClient(LLMClient):
     @property
     def supports_hints(self) -> bool:
         return self._kvflow
+
+    @property
+    def hint_location(self) -> str:
+        """Where chat bodies carry the hint (learned from the server's info at the first call)."""
+        return self._hint_location
+
+    def _learn_hint_location(self, *infos: dict[str, Any]) -> None:
+        try:
+            self._hint_location = hint_location(*infos)
+        except HintLocationError as exc:
+            raise BackendError(self.name, f"{INFO_ROUTE}: {exc}") from None
 
     @property
     def _http(self) -> httpx.AsyncClient:
@@ -104,6 +120,8 @@ class HttpClient(LLMClient):
                     f"give it its API key: KVFLOW_API_KEY=... or HttpConfig(api_key=...)",
                 )
             info = json_object(response) if response.status_code == 200 else None
+            if info is not None:
+                self._learn_hint_location(info)
             self._kvflow = info is not None
             if info is None:
                 warnings.warn(
@@ -140,7 +158,7 @@ class HttpClient(LLMClient):
         """POST the chat body (with the hint when the server takes hints); retried as :meth:`_request`."""
         body: dict[str, Any] = {"model": self._model, "messages": list(messages), **sampling.as_request()}
         if hint is not None and self._kvflow:
-            body = attach_hint(body, hint)
+            body = attach_hint(body, hint, location=self._hint_location)
         return await self._request("POST", "/v1/chat/completions", json=body, headers=headers)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

@@ -1,6 +1,9 @@
 """The kvflow server an instrumented LangGraph app talks to: capability probe and steps updates.
 
-``GET /kvflow/v1/info`` is probed once per origin. An origin without it is a plain
+``GET /kvflow/v1/info`` is probed once per origin; its ``hints.openai`` says where requests carry
+the hint (:func:`~kvflow_orch.protocol.hint_location`: ``custom_params.kvflow`` when it names
+none, ``kv_transfer_params.kvflow`` for vLLM; naming only locations this version does not know
+is a :class:`~kvflow_orch.protocol.HintLocationError` raised into the LLM call). An origin without it is a plain
 OpenAI-compatible server: requests to it carry no hints and one warning says so. The probe and the
 updates send ``Authorization: Bearer $KVFLOW_API_KEY`` when that variable is set, as the runtime's
 HTTP client does (a server started with ``--api-key`` refuses them otherwise). ``backend_url`` may
@@ -33,7 +36,7 @@ import httpx
 
 from ..clients.gateway import Routing, workers_from_listing
 from ..clients.steps_router import StepsRouter
-from ..protocol import INFO_ROUTE
+from ..protocol import CUSTOM_PARAMS, INFO_ROUTE, HintLocationError, hint_location
 from ._delivery import Snapshot, delivery, tls_context
 
 __all__ = ["Backend", "origin_of", "PlainServerWarning"]
@@ -81,6 +84,7 @@ class Backend:
         self._headers = {"Authorization": f"Bearer {key}"} if key else None
         self._lock = threading.Lock()
         self._kvflow: dict[str, bool] = {}
+        self._locations: dict[str, str] = {}  # origin -> where its requests carry the hint
         # A gateway's router: built once its workers are known, then used on the delivery thread only.
         self._workers = [_server_root(w) for w in workers]
         self.router: StepsRouter | None = None
@@ -93,8 +97,16 @@ class Backend:
         with self._lock:
             return False if target is None else self._kvflow.get(target)
 
+    def hint_location(self, request_url: str | None = None) -> str:
+        """Where a request to ``request_url`` carries the hint (after :meth:`supports_hints`)."""
+        target = self.url or (origin_of(request_url) if request_url else None)
+        with self._lock:
+            return self._locations.get(target or "", CUSTOM_PARAMS)
+
     def supports_hints(self, request_url: str | None = None) -> bool:
-        """Whether hints should be sent (probing ``backend_url``, else the request's origin)."""
+        """Whether hints should be sent (probing ``backend_url``, else the request's origin).
+
+        Raises :class:`HintLocationError` when the server names no hint location this version knows."""
         target = self.url or (origin_of(request_url) if request_url else None)
         if target is None:
             return False
@@ -102,12 +114,21 @@ class Backend:
             known = self._kvflow.get(target)
         if known is None:
             if self.gateway:
-                known, status, why = self._probe_gateway()
+                infos, status, why = self._probe_gateway()
             else:
-                (known, status), why = _probe(target, self._headers), None
+                (info, status), why = _probe(target, self._headers), None
+                infos = [info] if info is not None else []
+            known = bool(infos)
+            if known:
+                try:
+                    location = hint_location(*infos)
+                except HintLocationError as exc:
+                    raise HintLocationError(f"{target}{INFO_ROUTE}: {exc}") from None
             with self._lock:
                 first = target not in self._kvflow
                 self._kvflow.setdefault(target, known)
+                if known:
+                    self._locations.setdefault(target, location)
                 if known and self.url is None:
                     self.url = target
             if first and not known:
@@ -124,9 +145,9 @@ class Backend:
                 )
         return known
 
-    def _probe_gateway(self) -> tuple[bool, int | None, str | None]:
+    def _probe_gateway(self) -> tuple[list[dict[str, Any]], int | None, str | None]:
         """Find the gateway's workers (given or listed) and probe them until one is a kvflow server:
-        (found, the last probe's HTTP status, why not when none is)."""
+        ([its info] or [], the last probe's HTTP status, why not when none is)."""
         assert self.url is not None
         workers = self._workers
         if not workers:
@@ -135,17 +156,17 @@ class Backend:
                                     verify=tls_context())
                 workers = workers_from_listing(self.url, listing)
             except Exception as exc:  # noqa: BLE001 - unreachable or no workers: no hints, one warning
-                return False, None, f"is a gateway whose workers are unknown: {exc}"
+                return [], None, f"is a gateway whose workers are unknown: {exc}"
         status = None
-        for worker in workers:
-            known, status = _probe(worker, self._headers)
-            if known:
+        for worker in workers:  # the first kvflow worker's info decides: one gateway's workers run one backend
+            info, status = _probe(worker, self._headers)
+            if info is not None:
                 with self._lock:
                     if self.router is None:
                         key = os.environ.get("KVFLOW_API_KEY")
                         self.router = StepsRouter(workers, timeout_s=_PROBE_TIMEOUT_S, api_key=key)
-                return True, status, None
-        return False, status, f"is a gateway none of whose workers ({', '.join(workers)}) answers {INFO_ROUTE}"
+                return [info], status, None
+        return [], status, f"is a gateway none of whose workers ({', '.join(workers)}) answers {INFO_ROUTE}"
 
     # ------------------------------------------------------------------ updates
     def send(self, update: Snapshot, *, announced: bool = True) -> None:
@@ -205,13 +226,13 @@ def _server_root(url: str) -> str:
     return origin_of(url) + path
 
 
-def _probe(origin: str, headers: dict[str, str] | None) -> tuple[bool, int | None]:
-    """(whether ``origin`` is a kvflow server, the probe's HTTP status or None when unreachable)."""
+def _probe(origin: str, headers: dict[str, str] | None) -> tuple[dict[str, Any] | None, int | None]:
+    """(``origin``'s info when it is a kvflow server, the probe's HTTP status or None when unreachable)."""
     try:
         response = httpx.get(origin + INFO_ROUTE, timeout=_PROBE_TIMEOUT_S, headers=headers, verify=tls_context())
         data: Any = response.json() if response.status_code == 200 else None
     except httpx.HTTPError:
-        return False, None
+        return None, None
     except ValueError:
-        return False, response.status_code
-    return isinstance(data, dict), response.status_code
+        return None, response.status_code
+    return (data if isinstance(data, dict) else None), response.status_code

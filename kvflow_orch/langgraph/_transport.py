@@ -5,7 +5,8 @@ node (sync, thread pool and async, Python >= 3.11) and holds the callback manage
 that is making the request. Its handlers include the :class:`KVFlowCallbackHandler` of the
 instrumented graph and its ``parent_run_id`` names the run, which the handler maps to the
 workflow and node. Requests made outside an instrumented node pass through untouched, and so do
-requests to a server without ``/kvflow/v1/info``. Behind a gateway the request also carries the
+requests to a server without ``/kvflow/v1/info``; the hint goes where the server's info says
+(``Backend.hint_location``). Behind a gateway the request also carries the
 routing header (``x-smg-routing-key``, grouped as the backend's ``routing`` says) and the worker
 the gateway names in ``x-smg-routed-worker-id`` is reported to the backend's steps router.
 
@@ -67,7 +68,7 @@ def _with_hint(
         return request, None
     if not isinstance(body, dict):
         return request, None
-    body = attach_hint(body, _fixed_prefix(hint, body))
+    body = attach_hint(body, _fixed_prefix(hint, body), location=handler.backend.hint_location(str(request.url)))
     headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
     routing = handler.backend.routing
     key = routing_key(hint, routing) if routing is not None else None

@@ -5,19 +5,20 @@ depend on it without loading the orchestrator.
 
 * :mod:`.wire` — :class:`KVFlowHint`, :class:`StepsUpdate`, where hints sit in request bodies, routes;
 * :mod:`.limits` — size limits and the one validator of ids and step maps;
-* :mod:`.errors` — :class:`HintError`;
+* :mod:`.errors` — :class:`HintError`, :class:`HintLocationError`;
 * :mod:`.sampling` — :class:`Sampling`, the sampling parameters of a call;
 * :mod:`.trace` — the record format of ``kvflow run --record``.
 """
 
 from __future__ import annotations
 
-from .errors import HintError
+from .errors import HintError, HintLocationError
 from .limits import DEFAULT_NAMESPACE, MAX_AGENTS, MAX_NAME_LEN, check_name, check_steps, steps_as_json
 from .sampling import Sampling
 from .trace import FORMAT_VERSION, CallRecord, NodeRecord, read_calls, write_calls
-from .wire import (INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_hint, extract_hint,
-                   read_steps_update)
+from .wire import (CUSTOM_PARAMS, GENERATE_PARAMS, HINT_LOCATIONS, INFO_ROUTE, KV_TRANSFER_PARAMS,
+                   OPENAI_HINT_LOCATIONS, STATS_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_hint, extract_hint,
+                   hint_location, read_steps_update)
 
 __all__ = [
     "MAX_NAME_LEN",
@@ -29,6 +30,13 @@ __all__ = [
     "KVFlowHint",
     "StepsUpdate",
     "HintError",
+    "HintLocationError",
+    "CUSTOM_PARAMS",
+    "KV_TRANSFER_PARAMS",
+    "GENERATE_PARAMS",
+    "OPENAI_HINT_LOCATIONS",
+    "HINT_LOCATIONS",
+    "hint_location",
     "Sampling",
     "check_name",
     "check_steps",

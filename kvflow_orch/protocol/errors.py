@@ -1,8 +1,8 @@
-"""The one error the protocol raises."""
+"""The errors the protocol raises."""
 
 from __future__ import annotations
 
-__all__ = ["HintError"]
+__all__ = ["HintError", "HintLocationError"]
 
 
 class HintError(ValueError):
@@ -15,3 +15,8 @@ class HintError(ValueError):
     def __init__(self, message: str, *, status: int = 422) -> None:
         super().__init__(message)
         self.status = status
+
+
+class HintLocationError(ValueError):
+    """A server's ``/kvflow/v1/info`` names no hint location this client knows (or names them in
+    a shape it cannot read); the message names the server's locations and the client's."""

@@ -1,11 +1,15 @@
 """Wire protocol between the orchestrator and every kvflow backend.
 
-One client speaks to both backends, so the placement is the one SGLang 0.5.23 accepts:
+Where a hint sits in a request body (:data:`HINT_LOCATIONS`, dotted paths):
 
-* OpenAI-compatible bodies (``/v1/chat/completions``, ``/v1/completions``) carry the hint as a
-  top-level ``custom_params: {"kvflow": {...}}``;
-* ``/generate`` bodies carry it as ``sampling_params.custom_params.kvflow``;
-* out-of-band updates go to ``POST /kvflow/v1/steps`` as a :class:`StepsUpdate`.
+* OpenAI-compatible bodies (``/v1/chat/completions``, ``/v1/completions``): top-level
+  ``custom_params.kvflow`` (what the embedded server and SGLang 0.5.23 accept, and the default) or
+  ``kv_transfer_params.kvflow`` (vLLM's own field, which reaches its scheduler as is);
+* ``/generate`` bodies: ``sampling_params.custom_params.kvflow``.
+
+A server names the OpenAI locations it reads in ``GET /kvflow/v1/info`` as
+``"hints": {"openai": [...]}``, preferred first; :func:`hint_location` picks the one a client
+uses. Out-of-band updates go to ``POST /kvflow/v1/steps`` as a :class:`StepsUpdate`.
 
 Steps are described in :mod:`kvflow_orch.protocol.limits`: floats (``math.inf`` = "not expected to
 run again") in Python, non-negative numbers or ``null`` on the wire.
@@ -20,17 +24,28 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
-from .errors import HintError
+from .errors import HintError, HintLocationError
 from .limits import DEFAULT_NAMESPACE, check_name, check_steps, steps_as_json
 
 __all__ = ["STEPS_ROUTE", "INFO_ROUTE", "STATS_ROUTE", "KVFlowHint", "StepsUpdate", "attach_hint", "extract_hint",
-           "read_steps_update"]
+           "read_steps_update", "CUSTOM_PARAMS", "KV_TRANSFER_PARAMS", "GENERATE_PARAMS", "OPENAI_HINT_LOCATIONS",
+           "HINT_LOCATIONS", "hint_location"]
 
 STEPS_ROUTE = "/kvflow/v1/steps"
 INFO_ROUTE = "/kvflow/v1/info"
 STATS_ROUTE = "/kvflow/v1/stats"
 
 log = logging.getLogger("kvflow.protocol")
+
+CUSTOM_PARAMS = "custom_params.kvflow"
+"""OpenAI bodies, top-level ``custom_params``: the default (servers whose info names no location)."""
+KV_TRANSFER_PARAMS = "kv_transfer_params.kvflow"
+"""OpenAI bodies, vLLM's ``kv_transfer_params`` (handed to its scheduler and KV connector)."""
+GENERATE_PARAMS = "sampling_params.custom_params.kvflow"
+"""``/generate`` bodies (SGLang's native route and the embedded server's)."""
+OPENAI_HINT_LOCATIONS = (CUSTOM_PARAMS, KV_TRANSFER_PARAMS)
+HINT_LOCATIONS = (*OPENAI_HINT_LOCATIONS, GENERATE_PARAMS)
+_ROUTE_LOCATIONS = {"openai": CUSTOM_PARAMS, "generate": GENERATE_PARAMS}
 
 
 class _Strict(BaseModel):
@@ -87,37 +102,50 @@ class StepsUpdate(_Strict):
     )
 
 
-def attach_hint(body: dict[str, Any], hint: KVFlowHint, *, route: str = "openai") -> dict[str, Any]:
-    """Return a copy of ``body`` carrying ``hint`` where ``route`` ("openai" or "generate") expects it."""
+def _location(route: str, location: str | None) -> list[str]:
+    """The path of ``location`` (default: the one of ``route``) as its keys."""
+    if location is None:
+        if route not in _ROUTE_LOCATIONS:
+            raise ValueError(f"unknown route kind {route!r}; expected 'openai' or 'generate'")
+        location = _ROUTE_LOCATIONS[route]
+    elif location not in HINT_LOCATIONS:
+        raise ValueError(f"unknown hint location {location!r}; expected one of {', '.join(HINT_LOCATIONS)}")
+    return location.split(".")
+
+
+def attach_hint(body: dict[str, Any], hint: KVFlowHint, *, route: str = "openai",
+                location: str | None = None) -> dict[str, Any]:
+    """Return a copy of ``body`` carrying ``hint`` at ``location`` (one of :data:`HINT_LOCATIONS`;
+    default: where ``route``, "openai" or "generate", carries it by default). The objects on the
+    way are copied; what else they hold stays."""
+    *path, key = _location(route, location)
     out = dict(body)
-    payload = {"kvflow": hint.model_dump(mode="json")}
-    if route == "generate":
-        sampling = dict(out.get("sampling_params") or {})
-        sampling["custom_params"] = {**(sampling.get("custom_params") or {}), **payload}
-        out["sampling_params"] = sampling
-    elif route == "openai":
-        out["custom_params"] = {**(out.get("custom_params") or {}), **payload}
-    else:
-        raise ValueError(f"unknown route kind {route!r}; expected 'openai' or 'generate'")
+    node = out
+    for part in path:
+        child = node.get(part)
+        node[part] = dict(child) if isinstance(child, Mapping) else {}
+        node = node[part]
+    node[key] = hint.model_dump(mode="json")
     return out
 
 
-def extract_hint(body: Mapping[str, Any], *, route: str = "openai") -> KVFlowHint | None:
-    """Read the hint from a request body; ``None`` when the body carries none.
+def extract_hint(body: Mapping[str, Any], *, route: str = "openai", location: str | None = None) -> KVFlowHint | None:
+    """Read the hint at ``location`` (default: ``route``'s, as :func:`attach_hint`); ``None`` when
+    the body carries none there.
 
-    Raises :class:`HintError` (with pydantic's message naming the field) for a malformed hint.
-    Fields this version does not know are dropped with a warning (a newer client's hint still
-    works); the known ones are validated strictly.
+    Raises :class:`HintError` (with pydantic's message naming the field) for a malformed hint or a
+    container on its path that is not an object. Fields this version does not know are dropped
+    with a warning (a newer client's hint still works); the known ones are validated strictly.
     """
-    if route == "generate":
-        container = (body.get("sampling_params") or {}).get("custom_params")
-    else:
-        container = body.get("custom_params")
-    if container is None:
-        return None
-    if not isinstance(container, Mapping):
-        raise HintError("custom_params must be an object")
-    raw = container.get("kvflow")
+    *path, key = _location(route, location)
+    container: Any = body
+    for depth, part in enumerate(path):
+        container = container.get(part)
+        if container is None:
+            return None
+        if not isinstance(container, Mapping):
+            raise HintError(f"{'.'.join(path[: depth + 1])} must be an object")
+    raw = container.get(key)
     if raw is None:
         return None
     if isinstance(raw, Mapping):
@@ -129,6 +157,43 @@ def extract_hint(body: Mapping[str, Any], *, route: str = "openai") -> KVFlowHin
         return KVFlowHint.model_validate(raw)
     except ValidationError as exc:
         raise HintError(f"invalid kvflow hint: {_describe(exc)}") from None
+
+
+def hint_location(*infos: Mapping[str, Any]) -> str:
+    """Where OpenAI-route hints go for the server(s) whose ``/kvflow/v1/info`` answers are ``infos``.
+
+    Each info's ``hints.openai`` lists the locations it reads, preferred first; an info without it
+    (a server older than the field) reads :data:`CUSTOM_PARAMS`. The answer is the first location
+    of the first info's list that every info lists and this client knows (several infos: the
+    workers behind one gateway, any of which may get the request). Raises
+    :class:`HintLocationError`, naming the server's lists and the locations known here, when there
+    is none, or when ``hints`` is not of that shape: never a request that silently carries no hint.
+    """
+    if not infos:
+        raise ValueError("hint_location needs at least one info")
+    lists = [_openai_locations(info) for info in infos]
+    for location in lists[0]:
+        if location in OPENAI_HINT_LOCATIONS and all(location in other for other in lists[1:]):
+            return location
+    named = " and ".join(f"[{', '.join(map(str, lst))}]" for lst in lists)
+    raise HintLocationError(
+        f"the server reads hints only at {named}; this client can put them at "
+        f"{', '.join(OPENAI_HINT_LOCATIONS)} (upgrade kvflow on the side that is older)"
+    )
+
+
+def _openai_locations(info: Mapping[str, Any]) -> list[Any]:
+    hints = info.get("hints")
+    if hints is None:
+        return [CUSTOM_PARAMS]
+    openai = hints.get("openai") if isinstance(hints, Mapping) else None
+    if openai is None and isinstance(hints, Mapping):
+        return [CUSTOM_PARAMS]  # locations for other routes only
+    if not isinstance(openai, list) or not all(isinstance(x, str) for x in openai):
+        raise HintLocationError(
+            f"the server's info has a malformed hints field {hints!r:.200}: expected "
+            f'{{"openai": [location, ...]}} with locations among {", ".join(OPENAI_HINT_LOCATIONS)}')
+    return openai
 
 
 def read_steps_update(raw: bytes) -> StepsUpdate:

@@ -24,6 +24,8 @@ class Behaviour:
     """Answer chat requests with this HTTP status."""
     delay_s: float = 0.0
     cached_tokens: int = 3
+    hints: list[str] | None = None
+    """The ``hints.openai`` locations /kvflow/v1/info names (None: an info without ``hints``)."""
 
 
 @dataclass
@@ -59,7 +61,10 @@ class RecordingServer:
                     return
                 server._record(self, None)
                 if self.path == "/kvflow/v1/info" and server.behaviour.kvflow:
-                    self._send(200, {"version": "test", "model": "recorder", "policy": "kvflow"})
+                    info = {"version": "test", "model": "recorder", "policy": "kvflow"}
+                    if server.behaviour.hints is not None:
+                        info["hints"] = {"openai": server.behaviour.hints}
+                    self._send(200, info)
                 elif self.path == "/v1/models":
                     self._send(200, {"object": "list", "data": [{"id": "recorder-model"}]})
                 else:
@@ -128,8 +133,14 @@ class RecordingServer:
         with self.lock:
             return [r.body for r in self.requests if r.path == "/kvflow/v1/steps"]
 
-    def hints(self) -> list[dict[str, Any] | None]:
-        return [(c.get("custom_params") or {}).get("kvflow") for c in self.chats()]
+    def hints(self, location: str = "custom_params.kvflow") -> list[dict[str, Any] | None]:
+        """The hint of every chat request at ``location`` (a dotted path), None where it has none."""
+        found = []
+        for body in self.chats():
+            for part in location.split("."):
+                body = (body or {}).get(part)
+            found.append(body)
+        return found
 
 
 class _QuietServer(ThreadingHTTPServer):

@@ -249,6 +249,7 @@ def test_info_and_stats_routes_answer(server):
     assert info["backend"] == "sglang" and info["policy"] == "kvflow" and info["prefetch_lookahead"] == 2
     assert info["tiers"] == ["device", "host"] and info["prefetch"] is True
     assert info["capacities"]["max_total_tokens"] == 48
+    assert info["hints"] == {"openai": ["custom_params.kvflow"]}  # what hints_bridge reads
 
     client.post("/kvflow/v1/steps", json={"workflow_id": "w", "steps": {"a": 1}})
     stats = client.get("/kvflow/v1/stats").json()

@@ -5,6 +5,7 @@ untagged prefixes in vLLM's own prefix cache, greedy output never depends on the
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import uuid
@@ -77,7 +78,8 @@ def test_info_names_the_backend_the_policy_and_where_hints_go(url: str) -> None:
     assert info["backend"] == "vllm" and info["policy"] == "kvflow" and info["protocol"] == 1
     assert info["capacities"]["block_size"] == BLOCK
     assert info["capacities"]["device_tokens"] == POOL_TOKENS
-    assert "custom_params.kvflow" in info["hints"]["openai"]
+    # vLLM's own field first (it reaches Request.kv_transfer_params as sent); custom_params still read
+    assert info["hints"]["openai"] == ["kv_transfer_params.kvflow", "custom_params.kvflow"]
     assert info["routes"]["steps"] == "/kvflow/v1/steps"
 
 
@@ -156,8 +158,17 @@ def test_an_instrumented_langgraph_app_drives_the_scheduler(url: str, monkeypatc
     from kvflow_orch.langgraph import async_http_client, handler_of, http_client, instrument
 
     monkeypatch.setenv("KVFLOW_API_KEY", "sekret")  # the probe and steps updates (ChatOpenAI's key covers /v1)
+    sent: list[dict] = []
+
+    class Recorder(httpx.HTTPTransport):  # what the kvflow transport hands to the network
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/chat/completions"):
+                sent.append(json.loads(request.read()))
+            return super().handle_request(request)
+
     llm = ChatOpenAI(model=_model(url), base_url=url + "/v1", api_key="sekret", max_retries=0, max_tokens=4,
-                     temperature=0, http_client=http_client(), http_async_client=async_http_client())
+                     temperature=0, http_client=http_client(transport=Recorder()),
+                     http_async_client=async_http_client())
     systems = {role: _system(300) for role in ("planner", "coder", "reviewer")}  # 2+ full blocks each
     before = _stats(url)
     seen: dict[str, dict] = {}
@@ -185,6 +196,10 @@ def test_an_instrumented_langgraph_app_drives_the_scheduler(url: str, monkeypatc
         handler_of(app).backend.close()
     after = _stats(url)
     calls = 5  # planner, coder, reviewer, coder, reviewer
+    # the probe learned vLLM's preferred location from /kvflow/v1/info
+    assert [body["kv_transfer_params"]["kvflow"]["agent"] for body in sent] == [
+        "planner", "coder", "reviewer", "coder", "reviewer"]
+    assert all("custom_params" not in body for body in sent)
     assert after["hinted_requests"] == before["hinted_requests"] + calls, after
     assert after["tagged_requests"] == before["tagged_requests"] + calls, after
     assert after["bad_hints"] == before["bad_hints"]
@@ -195,3 +210,42 @@ def test_an_instrumented_langgraph_app_drives_the_scheduler(url: str, monkeypatc
     assert after["workflows"] == before["workflows"]  # done reached it too
     # the second coder and reviewer calls found their system prompts in vLLM's prefix cache
     assert after["device_hit_tokens"] - before["device_hit_tokens"] >= 2 * 2 * BLOCK, after
+    _runtime_client_hints_in_kv_transfer_params(url)
+
+
+def _runtime_client_hints_in_kv_transfer_params(url: str) -> None:
+    """The runtime's HttpClient against the same server: its hint goes to kv_transfer_params.kvflow
+    (learned from /kvflow/v1/info), and the scheduler still counts it hinted and tags the fixed prompt
+    (the API server counted the prefix's tokens for a hint that arrived there)."""
+    import asyncio
+
+    from kvflow_orch.clients import HttpClient, HttpConfig
+    from kvflow_orch.protocol import Sampling, StepsUpdate
+
+    sent: list[dict] = []
+
+    class Recording(HttpClient):
+        async def _request(self, method: str, path: str, **kwargs):  # type: ignore[no-untyped-def]
+            if path == "/v1/chat/completions":
+                sent.append(kwargs["json"])
+            return await super()._request(method, path, **kwargs)
+
+    client = Recording(url, HttpConfig(api_key="sekret"))
+    hint = KVFlowHint(workflow_id="rt-wf", namespace="rt", agent="writer", steps={"writer": 0}, fixed_prefix=1)
+    messages = [{"role": "system", "content": _system(300)}, {"role": "user", "content": "Write."}]
+    before = _stats(url)
+
+    async def go() -> None:
+        await client.chat(messages, Sampling(max_tokens=2, temperature=0), hint)
+        client.send_steps(StepsUpdate(workflow_id="rt-wf", namespace="rt", done=True))
+        await client.aclose()
+
+    asyncio.run(go())
+    assert client.hint_location == "kv_transfer_params.kvflow"
+    (body,) = sent
+    assert body["kv_transfer_params"]["kvflow"] == hint.model_dump(mode="json") and "custom_params" not in body
+    after = _stats(url)
+    assert after["hinted_requests"] == before["hinted_requests"] + 1, after
+    assert after["tagged_requests"] == before["tagged_requests"] + 1, after
+    assert after["tagged_blocks"] >= before["tagged_blocks"] + 2, after  # its 2+ full blocks of fixed prompt
+    assert after["bad_hints"] == before["bad_hints"]
