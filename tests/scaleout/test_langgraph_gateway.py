@@ -69,13 +69,17 @@ def test_discovered_workers_and_agent_routing_from_an_async_app(gateway: Gateway
         on = {url for i in range(3) for url, hints in _calls(gateway, f"lg-a{i}").items()
               if any(h.agent == agent for h in hints)}
         assert len(on) == 1, f"agent {agent} was served by {on}"
+    live_updates_at_servers = 0
     for i in range(3):
         served = {url for url, hints in _calls(gateway, f"lg-a{i}").items() if hints}
         for url, updates in _steps(gateway, f"lg-a{i}").items():
             assert updates and updates[-1].done, f"done of lg-a{i} did not reach {url}"
             if url not in served:
                 assert all(u.done for u in updates)
-        assert any(not u.done for url in served for u in _steps(gateway, f"lg-a{i}")[url])
+        live_updates_at_servers += sum(not u.done for url in served for u in _steps(gateway, f"lg-a{i}")[url])
+    # Outboxes coalesce: on a loaded machine one workflow's live updates can all be replaced by its
+    # done while a worker's previous request is in flight, so ask it of the three runs together.
+    assert live_updates_at_servers > 0
 
 
 @pytest.mark.parametrize(
