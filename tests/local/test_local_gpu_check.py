@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from backends.local.pools import gather_rows
@@ -82,3 +83,17 @@ def test_decode_attention_matches_the_fused_kernel_with_padding_and_gqa():
     as_rows = lambda t: t.transpose(1, 2).reshape(b, length, kv_heads * hd)  # noqa: E731  (pool row layout)
     torch.testing.assert_close(decode_attention(q, as_rows(keys), as_rows(values), mask), expected,
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk, prefix", [(300, 0), (300, 77), (129, 512)])
+def test_causal_blocks_attention_matches_the_full_chunk(chunk: int, prefix: int):
+    from backends.local.model.llama import causal_blocks_attention
+
+    gen = torch.Generator().manual_seed(1)
+    heads, kv_heads, hd, length = 6, 2, 8, prefix + chunk
+    q = torch.randn(1, heads, chunk, hd, generator=gen)
+    keys = torch.randn(1, kv_heads, length, hd, generator=gen)
+    values = torch.randn(1, kv_heads, length, hd, generator=gen)
+    mask = torch.ones(chunk, length, dtype=torch.bool).tril(diagonal=prefix).view(1, 1, chunk, length)
+    full = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(causal_blocks_attention(q, keys, values, mask), full, rtol=1e-5, atol=1e-5)

@@ -148,6 +148,26 @@ def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     return torch.diagonal(out, dim1=1, dim2=3).permute(0, 3, 1, 2).reshape(b, heads * hd)
 
 
+PREFILL_QUERY_BLOCK = 128
+
+
+def causal_blocks_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A prompt chunk's attention (one sequence: ``q`` ``[1, heads, T, hd]``, ``keys``/``values``
+    ``[1, kv_heads, L, hd]`` whose last ``T`` rows are the chunk's own, ``mask`` ``[1, 1, T, L]`` causal)
+    in blocks of ``PREFILL_QUERY_BLOCK`` queries, each against only the keys it can see: the CPU's fused
+    kernel does not skip the masked upper triangle, so a full chunk did about twice the work (this is
+    about 30% faster on a fresh 512-1k-token chunk). Blocks start at the chunk's start, so a chunk is
+    always split the same way whatever prefix it follows."""
+    chunk, prefix = q.shape[2], keys.shape[2] - q.shape[2]
+    parts = []
+    for start in range(0, chunk, PREFILL_QUERY_BLOCK):
+        end = min(start + PREFILL_QUERY_BLOCK, chunk)
+        seen = prefix + end
+        parts.append(F.scaled_dot_product_attention(q[:, :, start:end], keys[:, :, :seen], values[:, :, :seen],
+                                                    attn_mask=mask[:, :, start:end, :seen], enable_gqa=True))
+    return torch.cat(parts, dim=2)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -184,7 +204,10 @@ class Attention(nn.Module):
             grid = q.new_zeros(rb.batch * rb.max_q, cfg.num_heads, cfg.head_dim)
             grid[rb.scatter_index] = q
             queries = grid.view(rb.batch, rb.max_q, cfg.num_heads, cfg.head_dim).transpose(1, 2)
-        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=rb.mask, enable_gqa=True)
+        if rb.batch == 1 and rb.max_q > PREFILL_QUERY_BLOCK:
+            out = causal_blocks_attention(queries, keys, values, rb.mask)
+        else:
+            out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=rb.mask, enable_gqa=True)
         out = out.transpose(1, 2).reshape(rb.batch * rb.max_q, cfg.num_heads * cfg.head_dim)
         if rb.max_q != 1:
             out = out[rb.scatter_index]
