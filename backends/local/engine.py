@@ -13,6 +13,7 @@ import logging
 import random
 import secrets
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, TypeVar
 
 from backends.base import EngineError, GenerateRequest, GenerateResult, RequestTooLarge, StreamEvent
@@ -42,7 +43,7 @@ def _version() -> str:
 
 
 def _in_passing_thread(fn: Callable[[], T]) -> T:
-    """``fn()`` run on a thread that exits when it returns (its exception re-raised here).
+    """``fn()`` run on a thread that exits once it returns (its exception re-raised here).
 
     The model runs on the loop thread. Loading it (casts, pool allocation: parallel torch ops) on the
     caller's thread would leave that thread an OpenMP worker team for the life of the process; with
@@ -51,21 +52,8 @@ def _in_passing_thread(fn: Callable[[], T]) -> T:
     On 2 cores that made a SmolLM2 decode step ~1.7x and a 1k-token prefill ~1.6x slower than the
     same forwards on the loading thread. A thread's team is released when the thread ends, so only
     the loop thread's remains."""
-    box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append((True, fn()))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            box.append((False, exc))
-
-    thread = threading.Thread(target=run, name="kvflow-engine-load", daemon=True)
-    thread.start()
-    thread.join()
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return value
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvflow-engine-load") as loader:
+        return loader.submit(fn).result()  # the worker thread has exited once the pool is shut down
 
 
 class Engine:

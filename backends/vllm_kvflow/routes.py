@@ -54,9 +54,7 @@ def rewrite_body(body: dict[str, Any], route: str, tokenizer: Any | None) -> dic
     params = body.get("kv_transfer_params")
     if params is not None and not isinstance(params, dict):
         raise HintError("kv_transfer_params must be an object")
-    hint = extract_hint(body)  # custom_params.kvflow
-    if hint is None and params and params.get(HINT_KEY) is not None:
-        hint = extract_hint({"custom_params": {"kvflow": params[HINT_KEY]}})
+    hint = extract_hint(body, location=CUSTOM_PARAMS) or extract_hint(body, location=KV_TRANSFER_PARAMS)
     if hint is None:
         return None
     params = dict(params or {})
