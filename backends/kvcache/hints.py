@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections import OrderedDict
 from typing import Callable, Iterator, Mapping
 
 from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate, check_steps
+
+from .bounded import BoundedLRU
 
 __all__ = ["AgentRef", "HintTable", "HintError", "INF"]
 
@@ -52,22 +53,36 @@ class HintTable:
         self.ttl_s = ttl_s
         self.clock = clock
         self.cap_tokens = cap_tokens
-        self.max_workflows = max_workflows
-        self.max_agents = max_agents
-        self.max_entries = max_entries
-        self._entries = 0  # sum of the step-map sizes of all live workflows
         self.version = 0
-        # (ns, wf) -> (last update time, {agent: steps}); ordered oldest update first.
-        self._workflows: OrderedDict[tuple[str, str], tuple[float, dict[str, float]]] = OrderedDict()
+        # (ns, wf) -> (last update time, {agent: steps}), oldest update first; weighed by the
+        # step-map size, so the bound on entries holds over all workflows together.
+        self._workflows: BoundedLRU[tuple[str, str], tuple[float, dict[str, float]]] = BoundedLRU(
+            max_workflows, max_entries, weigh=lambda entry: len(entry[1]))
         # (ns, agent) -> {wf: steps}: the index that makes the min over workflows cheap.
         self._by_agent: dict[AgentRef, dict[str, float]] = {}
         self._ns_agents: dict[str, set[str]] = {}  # namespace -> agents named by a live workflow
-        self._fixed_tokens: OrderedDict[AgentRef, int] = OrderedDict()  # only lengths > 0
+        self._fixed_tokens: BoundedLRU[AgentRef, int] = BoundedLRU(max_agents)  # only lengths > 0
         self._costly: dict[str, set[str]] = {}  # namespace -> agents with a known fixed prefix
         # namespace -> agents the cap unprotects (cache, dropped on any change in the namespace).
         # Only agents with a fixed prefix cost cap space, so this is computed over _costly alone:
         # an update costs O(agents with a cached prefix), not O(agents named by hints).
         self._unprotected: dict[str, frozenset[str]] = {}
+
+    @property
+    def max_workflows(self) -> int:
+        return self._workflows.max_entries
+
+    @property
+    def max_entries(self) -> int:
+        return self._workflows.max_weight
+
+    @property
+    def max_agents(self) -> int:
+        return self._fixed_tokens.max_entries
+
+    @max_agents.setter
+    def max_agents(self, value: int) -> None:
+        self._fixed_tokens.max_entries = value
 
     # ---- updates -------------------------------------------------------------------------
     def apply_hint(self, hint: KVFlowHint) -> None:
@@ -88,15 +103,14 @@ class HintTable:
         self.expire()
         key = (namespace, workflow_id)
         self._drop_workflow(key)
-        self._workflows[key] = (self.clock(), clean)
-        self._entries += len(clean)
+        forgotten = self._workflows.put(key, (self.clock(), clean))
         for agent, value in clean.items():
             self._by_agent.setdefault((namespace, agent), {})[workflow_id] = value
             self._ns_agents.setdefault(namespace, set()).add(agent)
         self._unprotected.pop(namespace, None)
         self.version += 1
-        while len(self._workflows) > self.max_workflows or self._entries > self.max_entries:
-            self._drop_workflow(next(iter(self._workflows)))
+        for old_key, old_entry in forgotten:
+            self._unindex(old_key, old_entry[1])
 
     def forget(self, namespace: str, workflow_id: str) -> bool:
         """Forget a workflow (``done``); returns whether it was known. Unknown ids are a no-op."""
@@ -108,11 +122,8 @@ class HintTable:
             return 0
         deadline = self.clock() - self.ttl_s
         n = 0
-        while self._workflows:
-            key, (stamp, _) = next(iter(self._workflows.items()))
-            if stamp > deadline:
-                break
-            self._drop_workflow(key)
+        while (oldest := self._workflows.oldest()) is not None and oldest[1][0] <= deadline:
+            self._drop_workflow(oldest[0])
             n += 1
         return n
 
@@ -128,17 +139,17 @@ class HintTable:
         """Record the length of an agent's fixed prefix (used by the namespace cap)."""
         if tokens < 0:
             raise ValueError(f"fixed-prefix length must be >= 0, got {tokens}")
-        old = self._fixed_tokens.pop(ref, None)
+        old = self._fixed_tokens.pop(ref)
+        forgotten: list[tuple[AgentRef, int]] = []
         if tokens:
-            self._fixed_tokens[ref] = tokens
+            forgotten = self._fixed_tokens.put(ref, tokens)
             self._costly.setdefault(ref[0], set()).add(ref[1])
         else:
             self._forget_cost(ref)
         if (old or 0) != tokens:
             self._unprotected.pop(ref[0], None)
             self.version += 1
-        while len(self._fixed_tokens) > self.max_agents:
-            gone, _ = self._fixed_tokens.popitem(last=False)
+        for gone, _ in forgotten:
             self._forget_cost(gone)
             self._unprotected.pop(gone[0], None)
 
@@ -150,12 +161,16 @@ class HintTable:
                 del self._costly[ref[0]]
 
     def _drop_workflow(self, key: tuple[str, str]) -> bool:
-        entry = self._workflows.pop(key, None)
+        entry = self._workflows.pop(key)
         if entry is None:
             return False
+        self._unindex(key, entry[1])
+        return True
+
+    def _unindex(self, key: tuple[str, str], steps: dict[str, float]) -> None:
+        """Remove a forgotten workflow's steps from the per-agent index."""
         namespace, wf = key
-        self._entries -= len(entry[1])
-        for agent in entry[1]:
+        for agent in steps:
             per = self._by_agent.get((namespace, agent))
             if per is not None:
                 per.pop(wf, None)
@@ -167,7 +182,6 @@ class HintTable:
                         del self._ns_agents[namespace]
         self._unprotected.pop(namespace, None)
         self.version += 1
-        return True
 
     # ---- queries -------------------------------------------------------------------------
     def raw_steps(self, ref: AgentRef) -> float:
@@ -216,7 +230,7 @@ class HintTable:
     @property
     def entry_count(self) -> int:
         """(workflow, agent) step entries held, bounded by ``max_entries``."""
-        return self._entries
+        return self._workflows.weight
 
     def _unprotected_in(self, namespace: str) -> frozenset[str]:
         cached = self._unprotected.get(namespace)

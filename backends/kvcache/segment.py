@@ -7,9 +7,10 @@ request of an agent is all dynamic (one request cannot tell fixed from dynamic).
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Sequence
 
+from .bounded import BoundedLRU
 from .hints import AgentRef
 
 __all__ = ["Segmenter", "common_prefix_len"]
@@ -31,10 +32,16 @@ class Segmenter:
         if history < 2:
             raise ValueError(f"segmentation needs a history of at least 2 requests, got {history}")
         self.history = history
-        self.max_agents = max_agents
-        self.max_tokens = max_tokens
-        self._recent: OrderedDict[AgentRef, deque[tuple[int, ...]]] = OrderedDict()
-        self._tokens = 0
+        self._recent: BoundedLRU[AgentRef, deque[tuple[int, ...]]] = BoundedLRU(
+            max_agents, max_tokens, weigh=lambda recent: sum(len(t) for t in recent))
+
+    @property
+    def max_agents(self) -> int:
+        return self._recent.max_entries
+
+    @property
+    def max_tokens(self) -> int:
+        return self._recent.max_weight
 
     def observe(self, ref: AgentRef, tokens: Sequence[int], explicit: int | None = None) -> int:
         """Record one request of ``ref`` and return its fixed-prefix length in tokens.
@@ -44,17 +51,11 @@ class Segmenter:
         if explicit is not None and explicit < 0:
             raise ValueError(f"fixed_prefix_tokens must be >= 0, got {explicit}")
         tokens = tuple(tokens)
-        recent = self._recent.pop(ref, None)
+        recent = self._recent.pop(ref)
         if recent is None:
             recent = deque(maxlen=self.history)
-        if len(recent) == self.history:
-            self._tokens -= len(recent[0])
         recent.append(tokens)
-        self._tokens += len(tokens)
-        self._recent[ref] = recent
-        while len(self._recent) > 1 and (len(self._recent) > self.max_agents or self._tokens > self.max_tokens):
-            _, gone = self._recent.popitem(last=False)
-            self._tokens -= sum(len(t) for t in gone)
+        self._recent.put(ref, recent)
         if explicit is not None:
             return min(explicit, len(tokens))
         if len(recent) < 2:
@@ -62,10 +63,8 @@ class Segmenter:
         return min(common_prefix_len(tokens, other) for other in list(recent)[:-1])
 
     def forget(self, ref: AgentRef) -> None:
-        gone = self._recent.pop(ref, None)
-        if gone:
-            self._tokens -= sum(len(t) for t in gone)
+        self._recent.pop(ref)
 
     @property
     def token_count(self) -> int:
-        return self._tokens
+        return self._recent.weight
