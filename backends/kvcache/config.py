@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import Any, Collection, Mapping
 
 __all__ = ["CacheConfig", "DEFAULT_HINT_TTL_S", "namespace_cap"]
 
@@ -70,6 +71,46 @@ class CacheConfig:
         if self.max_tracked_tokens is not None and self.max_tracked_tokens <= 0:
             raise ValueError(f"max_tracked_tokens must be > 0, got {self.max_tracked_tokens}")
 
+    @classmethod
+    def option_names(cls) -> frozenset[str]:
+        """Every field name, i.e. every option :meth:`from_options` sets."""
+        return frozenset(f.name for f in fields(cls))
+
+    @classmethod
+    def from_options(
+        cls,
+        options: Mapping[str, Any],
+        *,
+        base: CacheConfig | None = None,
+        device_tokens: int | None = None,
+        accepted: Collection[str] | None = None,
+        label: str = "kvflow option",
+        source: str = "",
+    ) -> CacheConfig:
+        """The one reader of cache options a host receives (flags, policy JSON, an environment
+        variable): ``base`` (default pool sizes and knobs of the host) with the options that name
+        fields of this class set on it, and ``device_tokens`` (a pool size only the host knows)
+        over both.
+
+        ``accepted`` lists every option name the caller takes (``None``: any name); names in it
+        that are no field of this class are the caller's own and are left to it. Raises
+        ValueError naming an unknown option (``unknown {label}(s) ...{source}; known: ...``), a
+        value of the wrong type, or a value the fields' checks refuse.
+        """
+        unknown = sorted(set(options) - set(accepted)) if accepted is not None else []
+        if unknown:
+            raise ValueError(f"unknown {label}(s) {', '.join(unknown)}{source}; known: {', '.join(sorted(accepted))}")
+        types = {f.name: str(f.type) for f in fields(cls)}
+        mine = {name: value for name, value in options.items() if name in types}
+        for name, value in mine.items():
+            if not _fits(types[name], value):
+                raise ValueError(f"{label} {name} must be {_describe(types[name])}, got {value!r}{source}")
+        if device_tokens is not None:
+            mine["device_tokens"] = device_tokens
+        if base is None:
+            return cls(**mine)
+        return replace(base, **mine)
+
     @property
     def has_host_tier(self) -> bool:
         return self.host_tokens > 0
@@ -84,3 +125,25 @@ class CacheConfig:
     def effective_namespace_cap(self) -> int:
         """Protected-token cap per namespace (see :func:`namespace_cap`)."""
         return namespace_cap(self.namespace_cap_tokens, self.device_tokens)
+
+
+def _fits(annotation: str, value: Any) -> bool:
+    """Whether ``value`` suits a field annotated ``annotation`` (bool is no number here)."""
+    if value is None:
+        return annotation.endswith("| None")
+    kind = annotation.removesuffix(" | None")
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == "int":
+        return isinstance(value, int)
+    if kind == "float":
+        return isinstance(value, (int, float))
+    return isinstance(value, str)
+
+
+def _describe(annotation: str) -> str:
+    kind = annotation.removesuffix(" | None")
+    words = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string"}[kind]
+    return words + (" or null" if annotation.endswith("| None") else "")

@@ -6,7 +6,7 @@ The cache brain's settings are not repeated here: ``EngineConfig.cache`` is the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -58,10 +58,9 @@ class EngineConfig:
     def build(cls, **options: Any) -> EngineConfig:
         """Flat keywords for callers: :class:`CacheConfig` field names (``device_tokens``,
         ``policy``, ``prefetch``, ...) go to ``cache``, with the engine's default pool sizes; the
-        rest are the engine's own. An unknown name raises TypeError."""
-        cache_names = {f.name for f in fields(CacheConfig)}
-        cache = replace(_default_cache(), **{k: v for k, v in options.items() if k in cache_names})
-        return cls(cache=cache, **{k: v for k, v in options.items() if k not in cache_names})
+        rest are the engine's own. An unknown name raises TypeError; a bad cache value ValueError."""
+        cache = CacheConfig.from_options(options, base=_default_cache())
+        return cls(cache=cache, **{k: v for k, v in options.items() if k not in CacheConfig.option_names()})
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

@@ -36,6 +36,7 @@ COUNTERS = (
 UNSIZED_POOL = 1
 # Options that are brain knobs: they go to the nested CacheConfig under the same names.
 CACHE_OPTIONS = ("prefetch", "prefetch_lookahead", "max_inflight_loads", "hint_ttl_s", "namespace_cap_tokens")
+PLUGIN_OPTIONS = ("reserved_load_slots",)  # the plugin's own
 
 
 def _plugin_cache_config() -> CacheConfig:
@@ -66,15 +67,10 @@ class PluginConfig:
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "PluginConfig":
-        known = {*CACHE_OPTIONS, "reserved_load_slots"}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown kvflow policy option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        brain = {k: v for k, v in options.items() if k in CACHE_OPTIONS}
-        plugin = {k: v for k, v in options.items() if k not in CACHE_OPTIONS}
-        return cls(cache=replace(_plugin_cache_config(), **brain), **plugin)
+        """Raises ValueError naming an unknown option or a bad value."""
+        cache = CacheConfig.from_options(options, base=_plugin_cache_config(), accepted=CACHE_OPTIONS + PLUGIN_OPTIONS,
+                                         label="kvflow policy option")
+        return cls(cache=cache, **{k: v for k, v in options.items() if k in PLUGIN_OPTIONS})
 
     def sized(self, device_tokens: int) -> "PluginConfig":
         """This configuration with the scheduler's device pool size filled in."""

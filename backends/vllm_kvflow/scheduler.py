@@ -15,46 +15,22 @@ utility (:mod:`.plugin`). Options: the ``KVFLOW_VLLM_CONFIG`` JSON object holds
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-from dataclasses import fields
 from typing import Any, Callable
 
 from vllm.v1.core.kv_cache_utils import get_block_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from backends.kvcache.config import CacheConfig
 from kvflow_orch.protocol import StepsUpdate
 
-from . import CONFIG_ENV, POLICY_NAME, UTILITY
-from .state import KVFlowState, set_current_state
+from . import POLICY_NAME, UTILITY
+from .state import KVFlowState, cache_config_from_env, set_current_state
 
 __all__ = ["KVFlowScheduler", "cache_config_from_env", "install_pool_hooks", "reorder_free_queue"]
 
 logger = logging.getLogger(__name__)
 
 _GROUP = [0]  # the single full-attention KV cache group of the models this targets
-
-
-def cache_config_from_env(device_tokens: int, environ: dict[str, str] | None = None) -> CacheConfig:
-    """The brain's config: ``KVFLOW_VLLM_CONFIG`` options over ``device_tokens`` (the real pool).
-    Raises ValueError naming an unknown option or a bad value."""
-    raw = (environ if environ is not None else os.environ).get(CONFIG_ENV) or "{}"
-    try:
-        options = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"{CONFIG_ENV} is not valid JSON: {exc}") from None
-    if not isinstance(options, dict):
-        raise ValueError(f"{CONFIG_ENV} must be a JSON object of CacheConfig options")
-    known = {f.name for f in fields(CacheConfig)} - {"device_tokens"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ValueError(f"unknown kvflow option(s) {', '.join(unknown)} in {CONFIG_ENV}; known: {', '.join(sorted(known))}")
-    if options.get("policy", POLICY_NAME) != POLICY_NAME:
-        raise ValueError(f"KVFlowScheduler runs the kvflow policy only (stock vLLM is the lru baseline), "
-                         f"got policy {options['policy']!r}")
-    return CacheConfig(device_tokens=device_tokens, **options)
 
 
 def install_pool_hooks(pool: Any, state: KVFlowState, reorder: Callable[[], int]) -> None:

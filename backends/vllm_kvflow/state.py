@@ -9,7 +9,9 @@ is evicted and recomputed gets the same hash and is tagged again without a new h
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import Counter, OrderedDict
 from typing import Any, Hashable, Iterable, Mapping
 
@@ -20,7 +22,10 @@ from backends.kvcache.segment import Segmenter
 from backends.kvcache.stats import CacheStats
 from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate
 
-__all__ = ["HINT_KEY", "PREFIX_TOKENS_KEY", "KVFlowState", "read_hint", "current_state", "set_current_state"]
+from . import CONFIG_ENV, POLICY_NAME
+
+__all__ = ["HINT_KEY", "PREFIX_TOKENS_KEY", "KVFlowState", "read_hint", "cache_config_from_env", "current_state",
+           "set_current_state"]
 
 HINT_KEY = "kvflow"                     # kv_transfer_params["kvflow"]: a KVFlowHint as JSON
 PREFIX_TOKENS_KEY = "kvflow_prefix_tokens"  # its fixed prefix in tokens, when the API server knew it
@@ -42,6 +47,25 @@ def read_hint(params: Mapping[str, Any] | None) -> tuple[KVFlowHint, int | None]
     if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
         raise HintError(f"{PREFIX_TOKENS_KEY} must be an integer >= 0, got {tokens!r}")
     return hint, tokens
+
+
+def cache_config_from_env(device_tokens: int, environ: dict[str, str] | None = None) -> CacheConfig:
+    """The brain's config: ``KVFLOW_VLLM_CONFIG`` options over ``device_tokens`` (the real pool).
+    Raises ValueError naming an unknown option or a bad value."""
+    raw = (environ if environ is not None else os.environ).get(CONFIG_ENV) or "{}"
+    try:
+        options = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"{CONFIG_ENV} is not valid JSON: {exc}") from None
+    if not isinstance(options, dict):
+        raise ValueError(f"{CONFIG_ENV} must be a JSON object of CacheConfig options")
+    config = CacheConfig.from_options(options, device_tokens=device_tokens,
+                                      accepted=CacheConfig.option_names() - {"device_tokens"}, source=f" in {CONFIG_ENV}")
+    if config.policy != POLICY_NAME:
+        raise ValueError(f"KVFlowScheduler runs the kvflow policy only (stock vLLM is the lru baseline), "
+                         f"got policy {config.policy!r}")
+    return config
+
 
 
 class KVFlowState:

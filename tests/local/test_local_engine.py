@@ -279,6 +279,14 @@ def test_info_and_stats_report_tiers_and_counters(engine):
         EngineConfig.build(policy="belady")
 
 
+def test_engine_config_names_a_bad_cache_value_and_an_unknown_option():
+    with pytest.raises(ValueError, match="device_tokens must be an integer, got '4096'"):
+        EngineConfig.build(device_tokens="4096")
+    with pytest.raises(TypeError, match="max_bach"):
+        EngineConfig.build(max_bach=4)
+    assert EngineConfig.build(host_tokens=0, prefetch=False).cache == CacheConfig(device_tokens=8192, prefetch=False)
+
+
 def test_a_policy_registered_in_the_brain_is_accepted_by_the_engine_config():
     name = "engine-test-newest-first"
     if name not in policy_names():

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from backends.kvcache.config import CacheConfig
-from backends.vllm_kvflow.state import HINT_KEY, PREFIX_TOKENS_KEY, KVFlowState, read_hint
+from backends.vllm_kvflow import CONFIG_ENV
+from backends.vllm_kvflow.state import HINT_KEY, PREFIX_TOKENS_KEY, KVFlowState, cache_config_from_env, read_hint
 from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate
 
 BS = 4  # tokens per block
@@ -116,3 +117,15 @@ def test_snapshot_reports_the_brain_counters() -> None:
     snap = _state().snapshot()
     for name in ("device_hit_tokens", "recomputed_tokens", "evicted_device_tokens", "workflows", "hinted_requests"):
         assert snap[name] == 0
+
+
+def test_scheduler_options_come_from_the_environment_over_the_real_pool() -> None:
+    config = cache_config_from_env(640, {CONFIG_ENV: '{"hint_ttl_s": 30, "namespace_cap_tokens": 64}'})
+    assert config == CacheConfig(device_tokens=640, hint_ttl_s=30, namespace_cap_tokens=64)
+    assert cache_config_from_env(640, {}) == CacheConfig(device_tokens=640)
+    for raw, message in (('{"lookahed": 1}', f"unknown kvflow option\\(s\\) lookahed in {CONFIG_ENV}; known: "),
+                         ('{"device_tokens": 9}', "unknown kvflow option\\(s\\) device_tokens"),  # the pool's own
+                         ('{"hint_ttl_s": "soon"}', "hint_ttl_s must be a number"),
+                         ('{"policy": "lru"}', "kvflow policy only"), ("[1]", "JSON object"), ("{", "not valid JSON")):
+        with pytest.raises(ValueError, match=message):
+            cache_config_from_env(640, {CONFIG_ENV: raw})
