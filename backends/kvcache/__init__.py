@@ -9,18 +9,22 @@ plugin.
 from __future__ import annotations
 
 from .allocator import SlotAllocator
+from .bounded import BoundedLRU
 from .cache import KVCache
 from .config import DEFAULT_HINT_TTL_S, CacheConfig, namespace_cap
 from .errors import CacheError, IntegrityError, LockError, SlotError, UnknownTaskError
 from .hints import INF, AgentRef, HintError, HintTable
+from .intake import INTAKE_COUNTERS, UNHINTED, AgentRequest, IntakeDecision, RequestIntake
+from .lifecycle import Refused, Reservation
+from .prefixes import AgentPrefixes
 from .policy import (
     TIER_HINTED, TIER_UNHINTED, TIER_UNTAGGED, BeladyPolicy, EvictionPolicy, KVFlowPolicy, LRUPolicy,
     kvflow_key, make_policy, node_steps, policy_names, register_policy,
 )
 from .radix import Node, NodeState, RadixTree
 from .results import (
-    NO_EVICTION, Admission, Allocation, Demotion, EvictResult, InsertResult, LoadTask, LockHandle,
-    MatchResult, OffloadTask, PrefetchPlan,
+    NO_EVICTION, Admission, Allocation, Demotion, EvictResult, FlushResult, InsertResult, LoadTask, LockHandle,
+    MatchResult, OffloadTask, PrefetchPlan, merge_evictions,
 )
 from .segment import Segmenter, common_prefix_len
 from .stats import CacheStats
@@ -28,7 +32,9 @@ from .stats import CacheStats
 __all__ = [
     "KVCache", "CacheConfig", "DEFAULT_HINT_TTL_S", "namespace_cap",
     "MatchResult", "InsertResult", "Demotion", "EvictResult", "LoadTask", "OffloadTask",
-    "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION", "FlushResult",
+    "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION", "FlushResult", "merge_evictions",
+    "Reservation", "Refused",
+    "RequestIntake", "AgentRequest", "IntakeDecision", "UNHINTED", "INTAKE_COUNTERS", "AgentPrefixes", "BoundedLRU",
     "HintTable", "AgentRef", "HintError", "INF",
     "EvictionPolicy", "LRUPolicy", "KVFlowPolicy", "BeladyPolicy", "kvflow_key", "node_steps",
     "TIER_UNTAGGED", "TIER_UNHINTED", "TIER_HINTED", "register_policy", "make_policy", "policy_names",

@@ -50,23 +50,25 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Callable, Iterable, Mapping, Sequence
 
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 from .allocator import SlotAllocator
 from .config import CacheConfig
-from .errors import CacheError, IntegrityError, LockError
-from .hints import AgentRef, HintTable
+from .errors import CacheError, LockError
+from .hints import AgentRef
+from .intake import UNHINTED, AgentRequest, IntakeDecision, RequestIntake
+from .integrity import check_integrity
 from .leafqueue import LeafQueue
+from .lifecycle import Refused, Reservation, release, reserve
 from .policy import EvictionPolicy, make_policy, node_steps
 from .radix import Node, RadixTree
 from .results import (
     NO_EVICTION, Admission, Allocation, Demotion, EvictResult, FlushResult, InsertResult, LoadTask,
-    LockHandle, MatchResult, OffloadTask, PrefetchPlan,
+    LockHandle, MatchResult, OffloadTask, PrefetchPlan, merge_evictions,
 )
-from .segment import Segmenter
 from .stats import CacheStats
 from .tasks import TaskBook
 
@@ -91,11 +93,9 @@ class KVCache:
         self.tree.on_split = self._on_split
         self.device = SlotAllocator(config.device_tokens, "device")
         self.host = SlotAllocator(config.host_tokens, "host")
-        self.hints = HintTable(
-            ttl_s=config.hint_ttl_s, clock=clock, cap_tokens=config.effective_namespace_cap,
-            max_workflows=config.max_workflows, max_agents=config.max_tracked_agents,
-        )
-        self.segmenter = Segmenter(config.segment_history, config.max_tracked_agents, config.tracked_tokens)
+        self.intake: RequestIntake[tuple[int, ...]] = RequestIntake(config, clock=clock)  # records: fixed tokens
+        self.hints = self.intake.hints
+        self.segmenter = self.intake.segmenter
         self.policy = policy or make_policy(config.policy, self.hints, **dict(policy_options or {}))
         self.stats = CacheStats()
         self._tick = 0  # logical time of last access: total order, independent of the clock
@@ -104,8 +104,6 @@ class KVCache:
         self._offloads: TaskBook[OffloadTask] = TaskBook("offload")
         self._held: set[int] = set()          # device slots handed to the caller
         self._direct_locks: Counter[int] = Counter()
-        self._fixed: OrderedDict[AgentRef, tuple[int, ...]] = OrderedDict()  # agent -> fixed tokens
-        self._fixed_total = 0  # tokens held in _fixed (bounded by config.tracked_tokens)
         self._device_leaves: set[Node] = set()  # on device, no child on device
         self._host_leaves: set[Node] = set()    # host only, no children
         self._untag_epoch = 0                   # bumped when tags are removed (keys may drop)
@@ -136,7 +134,7 @@ class KVCache:
 
     def fixed_prefix(self, agent: AgentRef) -> tuple[int, ...] | None:
         """The agent's current fixed-prefix tokens (``None`` when unknown)."""
-        return self._fixed.get(agent)
+        return self.intake.prefixes.get(agent)
 
     def usage(self) -> dict[str, int]:
         return {
@@ -207,8 +205,10 @@ class KVCache:
         duplicate and is freed (unless it is the cache's own slot). Positions cached on host only
         take the caller's slot (the node becomes device+host). New positions become a new leaf.
         Every caller slot that is not already the cache's must be held (``alloc_device``).
-        Pass ``agent`` once per request (the segmentation heuristic counts requests): the agent's
-        fixed prefix is then tagged. Empty ``tokens`` is a no-op.
+        With ``agent``, the first ``fixed_prefix_tokens`` tokens are tagged as its fixed prefix
+        (what :meth:`accept` decided); without a boundary the intake infers one from ``tokens``
+        (pass ``agent`` once per request then: the inference compares requests). Empty ``tokens``
+        is a no-op.
         """
         tokens = tuple(tokens)
         slots = tuple(device_slots)
@@ -233,10 +233,25 @@ class KVCache:
         self._touch(path)
         offload = self._start_offload(path) if self.config.write_through and self.config.has_host_tier else None
         if agent is not None:
-            fixed = self.segmenter.observe(agent, tokens, fixed_prefix_tokens)
+            fixed = fixed_prefix_tokens
+            if fixed is None:
+                fixed = self.intake.fixed_boundary(agent, tokens, None)
             self._tag_fixed_prefix(agent, tokens[:fixed])
         out_slots = tuple(s for node in path for s in node.device)
         return InsertResult(new_tokens, tuple(duplicates), out_slots, last, offload)
+
+    # ---- request life cycle (the engine's and the simulator's: rules in .lifecycle) -------
+    def reserve(self, prompt: Sequence[int], max_new_tokens: int, *,
+                match: MatchResult | None = None) -> Reservation | Refused:
+        """Admit a request with every slot it can need, or refuse it (``loading``/full) changing
+        nothing but the eviction done to make room."""
+        return reserve(self, prompt, max_new_tokens, match=match)
+
+    def release(self, reservation: Reservation, tokens: Sequence[int] | None,
+                intake: IntakeDecision = UNHINTED) -> InsertResult | None:
+        """End a reserved request: insert its computed ``tokens`` (``None``: nothing) tagged per
+        ``intake``, free its other slots, unlock."""
+        return release(self, reservation, tokens, intake)
 
     # ---- locks -------------------------------------------------------------------------
     def lock(self, handle: LockHandle) -> None:
@@ -264,13 +279,19 @@ class KVCache:
             node = node.parent
 
     # ---- hints -------------------------------------------------------------------------
+    def accept(self, request: AgentRequest) -> IntakeDecision:
+        """An arriving request: apply its hint, decide its fixed boundary (:mod:`.intake`); tag
+        it with ``insert(..., agent=d.agent, fixed_prefix_tokens=d.fixed_tokens)`` (or
+        :meth:`release`). Call ``plan_prefetch`` afterwards."""
+        return self.intake.accept(request)
+
     def apply_hint(self, hint: KVFlowHint) -> None:
-        """Record a request's hint (steps of its workflow); call ``plan_prefetch`` afterwards."""
-        self.hints.apply_hint(hint)
+        """Record a hint without a request (steps of its workflow); call ``plan_prefetch`` afterwards."""
+        self.intake.apply_hint(hint)
 
     def apply_steps(self, update: StepsUpdate) -> None:
         """Apply ``POST /kvflow/v1/steps``; ``done`` forgets the workflow."""
-        self.hints.apply_steps(update)
+        self.intake.apply_steps(update)
 
     # ---- eviction ----------------------------------------------------------------------
     def evict_device(self, n: int) -> EvictResult:
@@ -359,41 +380,20 @@ class KVCache:
             return EMPTY_PLAN
         tasks: list[LoadTask] = []
         evictions: list[EvictResult] = []
-        for steps, ref in self.hints.due(cfg.prefetch_lookahead):
+        for steps, _, fixed in self.intake.due(cfg.prefetch_lookahead):
             if in_flight >= cfg.max_inflight_loads:
                 break
-            task = self._plan_agent_load(ref, steps, evictions)
+            task = self._plan_agent_load(fixed, steps, evictions)
             if task is not None:
                 tasks.append(task)
                 in_flight += 1
-        return PrefetchPlan(tuple(tasks), _merge_evictions([e for e in evictions if e.freed or e.demoted]))
+        return PrefetchPlan(tuple(tasks), merge_evictions(evictions))
 
     # ---- integrity ---------------------------------------------------------------------
     def check_integrity(self) -> bool:
         """Verify every invariant; raises :class:`IntegrityError` naming the first broken one.
         Tests call it after each operation; the server's debug route exposes it."""
-        tree = self.tree
-        device_owner: dict[int, int] = {}
-        host_owner: dict[int, int] = {}
-        seen: set[int] = set()
-        stack: list[Node] = [tree.root]
-        while stack:
-            node = stack.pop()
-            if node.id in seen:
-                _fail(f"node {node.id} reached twice (cycle)")
-            seen.add(node.id)
-            if tree.nodes.get(node.id) is not node:
-                _fail(f"node {node.id} is in the tree but not in the id index")
-            self._check_node(node, device_owner, host_owner)
-            stack.extend(node.children.values())
-        if len(seen) != len(tree.nodes):
-            _fail(f"id index holds {len(tree.nodes)} nodes, the tree {len(seen)}")
-        _check_pool("device", self.device, device_owner, self._held)
-        _check_pool("host", self.host, host_owner, set())
-        self._check_tasks()
-        if any(v < 0 for v in self.stats.as_dict().values()):
-            _fail(f"negative counter in {self.stats}")
-        return True
+        return check_integrity(self)
 
     def flush(self) -> FlushResult:
         """Drop every node no request locks and no load/offload is moving (both tiers), as
@@ -621,12 +621,9 @@ class KVCache:
         return task
 
     # ---- internal helpers: prefetch planning -------------------------------------------
-    def _plan_agent_load(self, ref: AgentRef, steps: float, evictions: list[EvictResult]) -> LoadTask | None:
-        """Start loading ``ref``'s host-only fixed prefix if the budget allows (evictions done to
-        make room are appended to ``evictions``)."""
-        fixed = self.fixed_prefix(ref)
-        if not fixed:
-            return None
+    def _plan_agent_load(self, fixed: tuple[int, ...], steps: float, evictions: list[EvictResult]) -> LoadTask | None:
+        """Start loading the host-only part of an agent's ``fixed`` prefix if the budget allows
+        (evictions done to make room are appended to ``evictions``)."""
         match = self.match_prefix(fixed)
         if not match.host_tokens or not self.is_ready(match):
             return None
@@ -644,103 +641,22 @@ class KVCache:
 
     # ---- internal helpers: agent tags --------------------------------------------------
     def _tag_fixed_prefix(self, ref: AgentRef, fixed: tuple[int, ...]) -> None:
-        old = self._fixed.pop(ref, None)
-        if old is not None:
-            self._fixed_total -= len(old)
-            if old != fixed:
-                self._untag(ref, old)
-        if not fixed:
-            self.hints.note_fixed_tokens(ref, 0)
-            return
-        self._fixed[ref] = fixed
-        self._fixed_total += len(fixed)
-        # The agent just tagged always stays (as in the Segmenter): forgetting it here would leave
-        # its tags on the tree with no record to untag them by when its boundary moves.
-        while len(self._fixed) > 1 and (len(self._fixed) > self.config.max_tracked_agents
-                                        or self._fixed_total > self.config.tracked_tokens):
-            gone, tokens = self._fixed.popitem(last=False)  # least recently seen agent
-            self._fixed_total -= len(tokens)
-            self._untag(gone, tokens)
-        path, _ = self.tree.walk(fixed)  # splits the node at the boundary
-        for node in path:
-            if node.tags is None:
-                node.tags = set()
-            node.tags.add(ref)
-        self.hints.note_fixed_tokens(ref, len(fixed))
-
-    def _untag(self, ref: AgentRef, fixed: tuple[int, ...]) -> None:
-        self._untag_epoch += 1
-        for node in self._covering(fixed):
-            if node.tags:
-                node.tags.discard(ref)
-
-    def _covering(self, tokens: tuple[int, ...]) -> list[Node]:
-        """Nodes along ``tokens`` without splitting (the last may extend past the end)."""
-        out, node, pos = [], self.tree.root, 0
-        while pos < len(tokens):
-            child = node.children.get(tokens[pos])
-            if child is None or tokens[pos:pos + len(child)] != child.key[:len(tokens) - pos]:
-                break
-            out.append(child)
-            pos += len(child)
-            node = child
-        return out
-
-    # ---- internal helpers: integrity ---------------------------------------------------
-    def _check_node(self, node: Node, device_owner: dict[int, int], host_owner: dict[int, int]) -> None:
-        for first, child in node.children.items():
-            if child.parent is not node or not child.key or child.key[0] != first:
-                _fail(f"child {child.id} of node {node.id} is misfiled (parent or first token)")
-        direct = self._direct_locks.get(node.id, 0)
-        expected = direct + sum(c.lock_ref for c in node.children.values())
-        if node.parent is not None and node.lock_ref != expected:
-            _fail(f"node {node.id} has lock_ref {node.lock_ref}, expected {expected}")
-        if node.parent is None:
-            return
-        n = len(node.key)
-        if node.device is None and node.host is None:
-            _fail(f"node {node.id} has neither device nor host slots")
-        for tier, slots, owner in (("device", node.device, device_owner), ("host", node.host, host_owner)):
-            if slots is None:
-                continue
-            if len(slots) != n:
-                _fail(f"node {node.id} has {len(slots)} {tier} slots for {n} tokens")
-            for s in slots:
-                if s in owner:
-                    _fail(f"{tier} slot {s} owned by nodes {owner[s]} and {node.id}")
-                owner[s] = node.id
-        if node.device is not None and node.parent.parent is not None and node.parent.device is None:
-            _fail(f"node {node.id} is on device but its parent {node.parent.id} is not")
-        if (node.loading is not None or node.offloading is not None) and (node.device is None or node.host is None):
-            _fail(f"node {node.id} is in flight without both device and host slots")
-        is_dev_leaf = node.device is not None and not any(c.device is not None for c in node.children.values())
-        if is_dev_leaf != (node in self._device_leaves):
-            _fail(f"device-leaf set is stale for node {node.id}")
-        is_host_leaf = node.device is None and not node.children
-        if is_host_leaf != (node in self._host_leaves):
-            _fail(f"host-leaf set is stale for node {node.id}")
-
-    def _check_tasks(self) -> None:
-        books = (("loading", self._loads), ("offloading", self._offloads))
-        for attr, book in books:
-            for task_id, nodes in book.entries():
-                for node in nodes:
-                    if getattr(node, attr) != task_id or self.tree.nodes.get(node.id) is not node:
-                        _fail(f"node {node.id} of task {task_id} is not {attr} for it")
-        for node in self.tree:
-            for attr, book in books:
-                if getattr(node, attr) is not None and getattr(node, attr) not in book:
-                    _fail(f"node {node.id} is {attr} for an unknown task")
+        # Untag what no longer holds (the agent's old boundary, agents the registry forgot) before
+        # tagging: the registry keeps its newest record, so no tag is left without a record.
+        for stale_ref, stale in self.intake.remember(ref, fixed, len(fixed)):
+            self._untag_epoch += 1
+            for node in self.tree.covering(stale):
+                if node.tags:
+                    node.tags.discard(stale_ref)
+        if fixed:
+            path, _ = self.tree.walk(fixed)  # splits the node at the boundary
+            for node in path:
+                if node.tags is None:
+                    node.tags = set()
+                node.tags.add(ref)
 
 
 # ---- module helpers (no cache state) -------------------------------------------------------
-def _merge_evictions(results: list[EvictResult]) -> EvictResult:
-    if not results:
-        return NO_EVICTION
-    return EvictResult(sum(r.freed for r in results), tuple(d for r in results for d in r.demoted),
-                       sum(r.dropped for r in results))
-
-
 def _subtree(top: Node) -> list[Node]:
     """``top`` and all its descendants, parents before children."""
     order = [top]
@@ -767,23 +683,3 @@ def _device_evictable(node: Node) -> bool:
 
 def _host_evictable(node: Node) -> bool:
     return node.device is None and not node.children and _unpinned(node)
-
-
-def _fail(msg: str) -> None:
-    raise IntegrityError(msg)
-
-
-def _check_pool(tier: str, pool: SlotAllocator, owned: dict[int, int], held: set[int]) -> None:
-    free = pool.free_slots()
-    if len(set(free)) != len(free):
-        _fail(f"{tier} free list holds a slot twice")
-    free_set = set(free)
-    for s in owned:
-        if s in free_set:
-            _fail(f"{tier} slot {s} is owned by node {owned[s]} and free")
-        if s in held:
-            _fail(f"{tier} slot {s} is owned by node {owned[s]} and held by the caller")
-    if held & free_set:
-        _fail(f"{tier} slots {sorted(held & free_set)[:5]} are held and free")
-    if len(owned) + len(held) + len(free) != pool.capacity:
-        _fail(f"{tier} pool leaks slots: {len(owned)} owned + {len(held)} held + {len(free)} free != {pool.capacity}")

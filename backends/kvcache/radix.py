@@ -115,6 +115,20 @@ class RadixTree:
             break
         return path, pos
 
+    def covering(self, tokens: Sequence[int]) -> list[Node]:
+        """Nodes along ``tokens`` from the root, without splitting: the last one may extend past
+        the end of ``tokens``; the walk stops where the tree departs from them."""
+        tokens = tuple(tokens)
+        out, node, pos = [], self.root, 0
+        while pos < len(tokens):
+            child = node.children.get(tokens[pos])
+            if child is None or tokens[pos:pos + len(child)] != child.key[:len(tokens) - pos]:
+                break
+            out.append(child)
+            pos += len(child)
+            node = child
+        return out
+
     def split(self, node: Node, at: int) -> Node:
         """Split ``node`` so that a new parent holds ``key[:at]``; returns that new upper node."""
         if not 0 < at < len(node.key):

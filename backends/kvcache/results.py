@@ -8,7 +8,8 @@ from typing import NamedTuple
 from .radix import Node
 
 __all__ = ["MatchResult", "InsertResult", "Demotion", "EvictResult", "LoadTask", "OffloadTask",
-           "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION", "FlushResult"]
+           "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION", "FlushResult",
+           "merge_evictions"]
 
 LockHandle = Node
 """What ``KVCache.lock``/``unlock`` take. Hosts treat it as opaque: they hold it and pass it back,
@@ -61,6 +62,17 @@ class EvictResult(NamedTuple):
 
 
 NO_EVICTION = EvictResult(0, (), 0)
+
+
+def merge_evictions(results: list[EvictResult]) -> EvictResult:
+    """Several evictions as one (their demotions in order); :data:`NO_EVICTION` for none."""
+    done = [r for r in results if r.freed or r.demoted or r.dropped]
+    if not done:
+        return NO_EVICTION
+    if len(done) == 1:
+        return done[0]
+    return EvictResult(sum(r.freed for r in done), tuple(d for r in done for d in r.demoted),
+                       sum(r.dropped for r in done))
 
 
 class FlushResult(NamedTuple):

@@ -43,6 +43,10 @@ class Segmenter:
     def max_tokens(self) -> int:
         return self._recent.max_weight
 
+    @max_tokens.setter
+    def max_tokens(self, value: int) -> None:
+        self._recent.max_weight = value
+
     def observe(self, ref: AgentRef, tokens: Sequence[int], explicit: int | None = None) -> int:
         """Record one request of ``ref`` and return its fixed-prefix length in tokens.
 

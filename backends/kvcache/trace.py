@@ -9,10 +9,10 @@ prompt's dynamic part and the first, cold use of each fixed prefix).
 
 Scope: sequential traces without a host tier (one request between ``admit`` and ``unlock`` at a
 time, as a workflow that runs one LLM call after another): eviction is then the only lever, and
-the request order does not depend on the policy. The replay follows the embedded engine's use of
-the brain: ``admit``; ``alloc_device`` for the uncached prompt tokens plus the recorded decode
-room (the last prompt token is always computed); ``insert`` of the recorded tokens; free the
-unused slots; ``unlock``. A recording that breaks these rules is refused with a :class:`TraceError`.
+the request order does not depend on the policy. The replay drives the brain through the request
+life cycle the engine uses (:mod:`.lifecycle`): ``reserve`` with the recorded decode room,
+``release`` of the recorded tokens with the recorded agent and fixed boundary. A recording that
+breaks these rules is refused with a :class:`TraceError`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from .cache import KVCache
 from .config import CacheConfig
 from .errors import CacheError
 from .hints import AgentRef
+from .intake import AgentRequest, IntakeDecision
+from .lifecycle import Refused
 from .policy import BeladyPolicy, EvictionPolicy
 
 __all__ = ["TraceError", "RecordedRequest", "BrainRecorder", "replay"]
@@ -56,8 +58,9 @@ class RecordedRequest:
 
 @dataclass
 class BrainRecorder:
-    """Wraps one :class:`KVCache` instance's ``apply_hint``, ``apply_steps``, ``admit``,
-    ``alloc_device`` and ``insert`` (the originals still run) and keeps the calls in order in
+    """Wraps one :class:`KVCache` instance's ``accept``, ``apply_hint``, ``apply_steps``,
+    ``admit``, ``alloc_device`` and ``insert`` (the originals still run; ``reserve`` and
+    ``release`` call them) and keeps the calls in order in
     ``events``: ``("hint", KVFlowHint)``, ``("steps", StepsUpdate)``, ``("request", RecordedRequest)``."""
 
     cache: KVCache
@@ -66,8 +69,14 @@ class BrainRecorder:
     def __post_init__(self) -> None:
         cache, events = self.cache, self.events
         admit, alloc, insert = cache.admit, cache.alloc_device, cache.insert
-        apply_hint, apply_steps = cache.apply_hint, cache.apply_steps
+        accept, apply_hint, apply_steps = cache.accept, cache.apply_hint, cache.apply_steps
         self._open: RecordedRequest | None = None
+
+        def on_accept(request: AgentRequest) -> IntakeDecision:
+            decision = accept(request)
+            if request.hint is not None:
+                events.append(("hint", request.hint))
+            return decision
 
         def on_hint(hint: KVFlowHint) -> None:
             apply_hint(hint)
@@ -92,13 +101,16 @@ class BrainRecorder:
             return alloc(n)
 
         def on_insert(tokens: Sequence[int], device_slots: Sequence[int], **kw: Any):
+            result = insert(tokens, device_slots, **kw)
             if self._open is not None and self._open.inserted is None:
+                agent = kw.get("agent")
                 self._open.inserted = tuple(tokens)
-                self._open.agent = kw.get("agent")
-                self._open.fixed_prefix_tokens = kw.get("fixed_prefix_tokens")
-            return insert(tokens, device_slots, **kw)
+                self._open.agent = agent
+                # the boundary tagged (an inferred one too), so the replay tags the same
+                self._open.fixed_prefix_tokens = None if agent is None else cache.intake.prefixes.tokens(agent)
+            return result
 
-        cache.apply_hint, cache.apply_steps = on_hint, on_steps
+        cache.accept, cache.apply_hint, cache.apply_steps = on_accept, on_hint, on_steps
         cache.admit, cache.alloc_device, cache.insert = on_admit, on_alloc, on_insert
 
     @property
@@ -138,18 +150,12 @@ def replay(events: Sequence[tuple[str, Any]], config: CacheConfig, *, belady: bo
 
 
 def _replay_request(cache: KVCache, r: RecordedRequest) -> None:
-    adm = cache.admit(r.prompt)
-    reused = min(len(adm.prefix_slots), len(r.prompt) - 1)
-    alloc = cache.alloc_device(len(r.prompt) - reused + r.decode_room)
-    if alloc.slots is None:
+    reservation = cache.reserve(r.prompt, r.decode_room + 1)
+    if isinstance(reservation, Refused):
         raise TraceError(f"replay: no room for a request of {len(r.prompt)} tokens in a "
                          f"{cache.config.device_tokens}-token pool")
     assert r.inserted is not None
     n = len(r.inserted)
-    if n < reused or n - reused > len(alloc.slots):
-        raise TraceError(f"recorded insert of {n} tokens does not fit a request that reused {reused}")
-    own = list(alloc.slots)
-    slots = list(adm.prefix_slots[:reused]) + own[: n - reused]
-    cache.insert(r.inserted, slots, agent=r.agent, fixed_prefix_tokens=r.fixed_prefix_tokens)
-    cache.free_device(own[n - reused:])
-    cache.unlock(adm.handle)
+    if n < reservation.reused or n - reservation.reused > len(reservation.own_slots):
+        raise TraceError(f"recorded insert of {n} tokens does not fit a request that reused {reservation.reused}")
+    cache.release(reservation, r.inserted, IntakeDecision(r.agent, r.fixed_prefix_tokens or 0))

@@ -1,0 +1,172 @@
+"""Request intake: the one place where an arriving request's hint meets the brain, on every host.
+
+Each host (the embedded engine, the simulator, the SGLang plugin, the vLLM plugin) describes an
+arriving request as an :class:`AgentRequest` and calls :meth:`RequestIntake.accept` once, before
+any of its KV exists. The intake applies the hint to the :class:`~.hints.HintTable`, decides the
+request's fixed boundary, counts, and answers with an :class:`IntakeDecision`: which agent the
+request is, and how many leading prompt tokens the host tags as that agent's fixed prefix. The host
+tags them in its own tree (the brain's radix nodes, SGLang's nodes, vLLM's block hashes) once the KV
+is there, then reports the record with :meth:`RequestIntake.remember` (the agent registry,
+:class:`~.prefixes.AgentPrefixes`: the namespace cap and prefetch read it). Host-specific parts stay
+in the hosts: how a hint is read off a request, how text boundaries become tokens, how tags live on
+their tree, and a clock (SGLang's message stamps).
+
+The fixed boundary, one rule for every host: **the declared boundary when the request declares one
+(the hint's ``fixed_prefix`` converted to tokens by the host); without one, the longest prefix the
+prompt shares with the agent's previous request** (:class:`~.segment.Segmenter`; 0 on an agent's
+first request). Chosen over "the longer of the declared boundary and the shared prefix", which the
+vLLM plugin used to tag a MetaGPT Engineer's repeated design text (2,688 -> 2,816 hit tokens of
+stock vLLM's 3,072):
+
+* a fixed prefix is what the agent re-sends on *every* call; the shared part beyond a declaration
+  is what two calls happened to share (a conversation that grows, a document re-sent in a loop).
+  Tagged as fixed, it takes the agent's steps-to-execution and counts against its namespace's cap
+  (half the device pool by default): on the embedded engine's MetaGPT demo the Engineer's second
+  call shares 782 tokens with its first, more than the 768-token cap of its 1,536-token pool, so
+  the longer rule unprotects the whole namespace from that call on, and no prefix is prefetched;
+* what recurs beyond the fixed prompt of a pausing agent is the job of continuations (issue 24):
+  kept until a deadline learned per tool, then evictable like any dynamic suffix. Tagging it as
+  fixed would protect it with no deadline;
+* where no boundary is declared (plain traffic, issue 23) the shared prefix is the best evidence
+  there is, and both rules agree.
+
+Where the next features go (one place for every host):
+
+* a learner of agents, sessions and steps from unhinted traffic (issue 23): :meth:`accept` asks
+  :meth:`_hint_for` for a request's hint; a learner answers there for requests without one (a
+  declared hint always wins), and :class:`AgentRequest` grows what it reads (messages, tools, the
+  session key). Learned hints then take the same path: hint table, boundary, registry, counters
+  (``unhinted_requests`` already counts what it would see);
+* tool-call continuations (issue 24): :class:`IntakeDecision` grows a retention deadline for the
+  host to protect the conversation until, and a verb for the end of a request (its reply ends in
+  tool calls) records the conversation to keep, next to :meth:`remember`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any, Callable, Generic, NamedTuple, Sequence, TypeVar
+
+from kvflow_orch.protocol import KVFlowHint, StepsUpdate
+
+from .config import CacheConfig
+from .hints import AgentRef, HintTable
+from .prefixes import AgentPrefixes
+from .segment import Segmenter
+
+__all__ = ["AgentRequest", "IntakeDecision", "UNHINTED", "RequestIntake", "INTAKE_COUNTERS"]
+
+P = TypeVar("P")
+
+INTAKE_COUNTERS = ("hinted_requests", "unhinted_requests", "tagged_requests", "steps_updates")
+"""Monotonic counters every host reports under these names."""
+
+
+class AgentRequest(NamedTuple):
+    """What a host knows of an arriving request before any of its KV exists."""
+
+    prompt: Sequence[int]
+    """The prompt's token ids."""
+    hint: KVFlowHint | None = None
+    """The hint it carries, validated (``None``: unhinted)."""
+    fixed_prefix_tokens: int | None = None
+    """The declared fixed boundary in tokens (the hint's ``fixed_prefix`` converted by the host)."""
+
+
+class IntakeDecision(NamedTuple):
+    """What the host does with a request: tag its first ``fixed_tokens`` prompt tokens as
+    ``agent``'s fixed prefix once they are in its tree (``agent is None``: nothing to tag)."""
+
+    agent: AgentRef | None
+    fixed_tokens: int = 0
+
+
+UNHINTED = IntakeDecision(None, 0)
+
+
+class RequestIntake(Generic[P]):
+    """Hint table, segmentation history, agent registry and counters of one host. Not
+    thread-safe: the host's scheduling loop is its only caller. ``P`` is the host's record of a
+    tagged prefix (see :class:`~.prefixes.AgentPrefixes`)."""
+
+    def __init__(self, config: CacheConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock`` drives hint TTLs. The namespace cap is the config's; a host that learns its
+        pool size later changes it with ``hints.set_cap``."""
+        self.config = config
+        self.hints = HintTable(ttl_s=config.hint_ttl_s, clock=clock, cap_tokens=config.effective_namespace_cap,
+                               max_workflows=config.max_workflows, max_agents=config.max_tracked_agents)
+        self.segmenter = Segmenter(config.segment_history, config.max_tracked_agents, config.tracked_tokens)
+        self.prefixes: AgentPrefixes[P] = AgentPrefixes(self.hints, config.max_tracked_agents, config.tracked_tokens)
+        self.counters: Counter[str] = Counter({name: 0 for name in INTAKE_COUNTERS})
+
+    def size_for(self, config: CacheConfig) -> None:
+        """The host learned its device pool (``config``, the same settings sized): the namespace
+        cap and the token bounds follow it."""
+        self.config = config
+        self.hints.set_cap(config.effective_namespace_cap)
+        self.segmenter.max_tokens = self.prefixes.max_tokens = config.tracked_tokens
+
+    # ---- requests ------------------------------------------------------------------------
+    def accept(self, request: AgentRequest) -> IntakeDecision:
+        """Apply the request's hint and decide its fixed boundary (the module docstring's rule).
+        Raises ValueError (changing nothing) on a negative declared boundary."""
+        declared = request.fixed_prefix_tokens
+        if declared is not None and declared < 0:
+            raise ValueError(f"fixed_prefix_tokens must be >= 0, got {declared}")
+        hint = self._hint_for(request)
+        if hint is None:
+            self.counters["unhinted_requests"] += 1
+            return UNHINTED
+        self.hints.apply_hint(hint)
+        self.counters["hinted_requests"] += 1
+        ref: AgentRef = (hint.namespace, hint.agent)
+        return IntakeDecision(ref, self.fixed_boundary(ref, request.prompt, declared))
+
+    def fixed_boundary(self, ref: AgentRef, prompt: Sequence[int], declared: int | None) -> int:
+        """The rule: ``declared`` (clamped to the prompt) when given, else the prefix ``prompt``
+        shares with ``ref``'s previous request. Records ``prompt`` in ``ref``'s history."""
+        shared = self.segmenter.observe(ref, prompt)
+        return shared if declared is None else min(declared, len(prompt))
+
+    def apply_hint(self, hint: KVFlowHint) -> None:
+        """A hint without a request to decide a boundary for (replays, tests)."""
+        self.hints.apply_hint(hint)
+
+    def apply_steps(self, update: StepsUpdate) -> None:
+        """``POST /kvflow/v1/steps``; ``done`` forgets the workflow."""
+        self.hints.apply_steps(update)
+        self.counters["steps_updates"] += 1
+
+    # ---- the agent registry --------------------------------------------------------------
+    def remember(self, ref: AgentRef, prefix: P, tokens: int) -> list[tuple[AgentRef, P]]:
+        """The host tagged ``tokens`` leading tokens as ``ref``'s fixed prefix, recorded as
+        ``prefix``. Counts a tagged request; returns the records the host may untag (see
+        :meth:`AgentPrefixes.remember <.prefixes.AgentPrefixes.remember>`)."""
+        if tokens > 0:
+            self.counters["tagged_requests"] += 1
+        return self.prefixes.remember(ref, prefix, tokens)
+
+    def due(self, lookahead: float) -> list[tuple[float, AgentRef, P]]:
+        """Agents with a recorded prefix whose effective steps are <= ``lookahead``, most urgent
+        first, with their records: the prefetch candidates (hint TTLs applied first)."""
+        self.hints.expire()
+        out = []
+        for steps, ref in self.hints.due(lookahead):
+            prefix = self.prefixes.get(ref)
+            if prefix is not None:
+                out.append((steps, ref, prefix))
+        return out
+
+    # ---- reporting -----------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Counts only (no prompts, agents or workflow ids): ``counters`` (:data:`INTAKE_COUNTERS`),
+        ``workflows`` live, ``agents_with_prefix`` in the registry."""
+        return {"counters": dict(self.counters), "workflows": self.hints.workflow_count,
+                "agents_with_prefix": len(self.prefixes)}
+
+    # ---- internal helpers ----------------------------------------------------------------
+    def _hint_for(self, request: AgentRequest) -> KVFlowHint | None:
+        """The hint the request is handled under: its own (issue 23's learner answers here for
+        requests without one)."""
+        return request.hint
