@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 
 from backends.base import FinishReason, GenerateRequest, GenerateResult, StreamEvent, TokenLogprob
-from backends.kvcache import Admission
+from backends.kvcache import UNHINTED, IntakeDecision, Reservation
 from backends.local.tokenizer import ChatTokenizer, IncrementalDecoder
 
 __all__ = ["Phase", "RequestState", "Sink"]
@@ -28,17 +28,17 @@ class Phase(enum.Enum):
 
 @dataclass(eq=False)
 class RequestState:
-    """A request in flight. Position ``i`` of prompt+output lives in ``slot(i)``: the cached prefix's
-    slots first (``prefix_slots``), then the slots this request holds (``own_slots``)."""
+    """A request in flight. Position ``i`` of prompt+output lives in ``slots(i + 1)[i]``: the
+    reused cached prefix's slots first, then the slots its reservation holds."""
 
     request: GenerateRequest
     sink: Sink
     tokenizer: ChatTokenizer
     generator: torch.Generator | None
     phase: Phase = Phase.WAITING
-    admission: Admission | None = None  # its prefix stays locked (admission.handle) while running
-    prefix_slots: list[int] = field(default_factory=list)
-    own_slots: list[int] = field(default_factory=list)
+    intake: IntakeDecision = UNHINTED  # the brain's decision at arrival: its agent and fixed boundary
+    reservation: Reservation | None = None  # its slots and prefix lock, held from admission to the end
+    cached_tokens: int = 0  # prompt tokens reused from the cache
     computed: int = 0  # prompt positions whose KV is in the pool
     outputs: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -61,9 +61,8 @@ class RequestState:
         return self.request.request_id
 
     def slots(self, end: int) -> list[int]:
-        """Slots of positions ``[0, end)``."""
-        cached = len(self.prefix_slots)
-        return self.prefix_slots[:end] + self.own_slots[: max(0, end - cached)]
+        """Slots of positions ``[0, end)`` (none before admission)."""
+        return list(self.reservation.slots(end)) if self.reservation is not None else []
 
     def push_token(self, token: int) -> FinishReason | None:
         """Record a sampled token; returns why the request ends now, if it does."""
@@ -99,7 +98,7 @@ class RequestState:
             text=self.text,
             finish_reason=reason,
             prompt_tokens=len(self.prompt),
-            cached_tokens=len(self.prefix_slots),
+            cached_tokens=self.cached_tokens,
             ttft_s=(self.first_token_at or now) - self.submitted_at,
             total_s=now - self.submitted_at,
             logprobs=tuple(self.logprobs) if self.request.sampling.logprobs is not None else None,

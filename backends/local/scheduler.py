@@ -5,10 +5,11 @@ finished prefetch loads; admit waiting requests (status-aware: a request whose c
 still loading is skipped and later ones run); spend up to ``chunk_tokens`` of prefill; decode every
 running request by one token in one batched forward.
 
-Slot discipline: at admission the matched path is locked and every slot the request can need
-(rest of the prompt + ``max_tokens - 1``) is allocated; when it ends, what was computed is inserted
-into the tree and the rest is freed, so pool occupancy returns to its baseline after every request,
-finished, failed or cancelled.
+Slot discipline is the brain's request life cycle (:mod:`backends.kvcache.lifecycle`, the one the
+simulator follows too): at admission ``reserve`` locks the matched path and allocates every slot the
+request can need (rest of the prompt + ``max_tokens - 1``); when it ends, ``release`` inserts what was
+computed into the tree and frees the rest, so pool occupancy returns to its baseline after every
+request, finished, failed or cancelled.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections import deque
 from typing import Any, Callable
 
 from backends.base import EngineBusy, EngineError, FinishReason, StreamEvent
-from backends.kvcache import KVCache
+from backends.kvcache import AgentRequest, KVCache, Refused, Reservation
 from backends.local.config import EngineConfig
 from backends.local.model.loader import LoadedModel
 from backends.local.pools import KVPool
@@ -154,11 +155,10 @@ class Scheduler:
             self.tiers.plan_prefetch()
 
     def _accept(self, state: RequestState) -> bool:
-        hint = state.request.hint
-        if hint is not None:
-            self.cache.apply_hint(hint)
+        request = state.request
+        state.intake = self.cache.accept(AgentRequest(state.prompt, request.hint, request.fixed_prefix_tokens))
         self.waiting.append(state)
-        return hint is not None
+        return request.hint is not None
 
     def _inspect(self, fn: Callable[[KVCache], Any], deliver: Callable[[bool, Any], None]) -> None:
         try:
@@ -191,39 +191,30 @@ class Scheduler:
         for state in list(self.waiting):
             if len(self.running) >= self.config.max_batch or self._admission_stalled:
                 break
-            if not self.cache.is_ready(self.cache.match_prefix(state.prompt)):
-                continue  # its prefix is being prefetched: let ready requests run meanwhile
             try:
-                if not self._try_admit(state):
+                outcome = self.cache.reserve(state.prompt, state.request.sampling.max_tokens)
+                if isinstance(outcome, Refused):
+                    self.tiers.demote(outcome.evicted)
+                    if outcome.loading:
+                        continue  # its prefix is being prefetched: let ready requests run meanwhile
                     self._admission_stalled = True  # device pool full of locked KV: wait for running requests to finish
                     break
+                self._start(state, outcome)
             except Exception as exc:
                 self._fail(state, exc)
                 continue
             admitted = True
         return admitted
 
-    def _try_admit(self, state: RequestState) -> bool:
-        prompt = state.prompt
-        admission = self.cache.admit(prompt)
-        self.tiers.demote(admission.evicted)
-        if admission.load is not None:  # host-only prefix: load it now (the stall prefetch avoids)
-            self.tiers.load_now(admission.load)
-        cached = admission.prefix_slots
-        usable = min(len(cached), len(prompt) - 1)  # the last prompt token is always computed: we need its logits
-        allocation = self.cache.alloc_device(len(prompt) - usable + state.request.sampling.max_tokens - 1)
-        self.tiers.demote(allocation.evicted)
-        if allocation.slots is None:
-            self.cache.unlock(admission.handle)
-            return False
-        state.admission = admission
-        state.prefix_slots = list(cached[:usable])
-        state.own_slots = list(allocation.slots)
-        state.computed = usable
+    def _start(self, state: RequestState, reservation: Reservation) -> None:
+        state.reservation = reservation  # from here on, every ending gives it back
+        self.tiers.demote(reservation.evicted)
+        if reservation.load is not None:  # host-only prefix: load it now (the stall prefetch avoids)
+            self.tiers.load_now(reservation.load)
+        state.cached_tokens = state.computed = reservation.reused
         state.phase = Phase.PREFILL
         self.waiting.remove(state)
         self.running.append(state)
-        return True
 
     # ---- model work ---------------------------------------------------------------------
     def _prefill(self) -> bool:
@@ -315,30 +306,25 @@ class Scheduler:
                 self._ended += 1
 
     def _give_back(self, state: RequestState, keep: bool) -> None:
-        admission, state.admission = state.admission, None
-        if admission is None:
+        reservation, state.reservation = state.reservation, None
+        if reservation is None:
             return
-        unused = state.own_slots
-        if keep:
-            n = state.computed + max(0, len(state.outputs) - 1)
-            hint = state.request.hint
-            try:
-                result = self.cache.insert(
-                    (state.prompt + tuple(state.outputs))[:n], state.slots(n),
-                    agent=(hint.namespace, hint.agent) if hint else None,
-                    fixed_prefix_tokens=state.request.fixed_prefix_tokens if hint else None,
-                )
-                unused = state.own_slots[n - len(state.prefix_slots):]
-                if result.offload is not None:
-                    self.tiers.offload_now(result.offload)
-            except Exception:
-                log.exception("could not cache request %s; dropping its KV", state.request_id)
-        self.cache.free_device(unused)
-        self.cache.unlock(admission.handle)
+        computed = None
+        if keep:  # the KV of every position but the last output token was computed
+            computed = (state.prompt + tuple(state.outputs))[:state.computed + max(0, len(state.outputs) - 1)]
+        try:
+            result = self.cache.release(reservation, computed, state.intake)
+        except Exception:  # the brain gave the slots and the lock back all the same
+            log.exception("could not cache request %s; dropping its KV", state.request_id)
+            return
+        if result is not None and result.offload is not None:
+            self.tiers.offload_now(result.offload)
 
     def _publish(self) -> None:
+        intake = self.cache.intake.snapshot()
         self.snapshot = {
-            **self.cache.stats.as_dict(), **self.cache.usage(),
+            **self.cache.stats.as_dict(), **self.cache.usage(), **intake["counters"],
+            "agents_with_prefix": intake["agents_with_prefix"],
             "running": len(self.running), "waiting": len(self.waiting),
             "forward_s": self.runner.forward_s, "prefetch_tasks": self.tiers.prefetch_tasks,
             "h2d_tokens": self.tiers.h2d_tokens, "d2h_tokens": self.tiers.d2h_tokens, **self.counters,

@@ -37,7 +37,11 @@ class TierMover:
             self.d2h_tokens += len(demotion.device_slots)
 
     def load_now(self, task: LoadTask) -> None:
-        self._copy_in(task, non_blocking=False)
+        try:
+            self._copy_in(task, non_blocking=False)
+        except BaseException:
+            self.demote(self.cache.fail_load(task))  # back to host-only: never left loading
+            raise
         self.h2d_tokens += len(task.device_slots)
         self.cache.complete_load(task)
 

@@ -1,15 +1,18 @@
 """A simulated serving instance: one compute stream, a full-duplex host link, continuous batching.
 
-Every cache decision is the shared brain's (:class:`backends.kvcache.KVCache`): prefix matching,
-hit accounting, eviction order, load planning, prefetch planning and readiness. The simulator only
-adds time: forward passes from the roofline :class:`~.cost.CostModel`, copies from :class:`~.link.Link`.
+Every cache decision is the shared brain's (:class:`backends.kvcache.KVCache`): the intake of a
+request's hint, prefix matching, hit accounting, eviction order, load planning, prefetch planning,
+readiness, and the request life cycle (``reserve``/``release``, :mod:`backends.kvcache.lifecycle`),
+which the embedded engine follows in the same order. The simulator only adds time: forward passes
+from the roofline :class:`~.cost.CostModel`, copies from :class:`~.link.Link`.
 
 Scheduling, once per iteration of the compute stream:
 
 1. walk the waiting queue in arrival order; with ``status_aware`` a request whose prefix is still
    loading is skipped (it stays queued) and later ready requests are considered; without it, the
-   walk stops there (FCFS). A request is admitted when device slots for its new prompt tokens and
-   its whole output can be reserved, within a per-iteration budget of prompt tokens to compute;
+   walk stops there (FCFS). A request is admitted when the brain reserves device slots for every
+   token it computes (the engine's rule: the prompt past its reused prefix, the output but its last
+   token), within a per-iteration budget of prompt tokens to compute;
 2. run one forward pass over the admitted prefills and one decode token of every running request.
    A load the brain started at admission overlaps the pass layer by layer, so the pass ends no
    earlier than that load plus one layer's compute. With no prefill to run, decode steps are taken
@@ -22,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from backends.kvcache import CacheConfig, KVCache, LockHandle, MatchResult
+from backends.kvcache import UNHINTED, AgentRequest, CacheConfig, IntakeDecision, KVCache, MatchResult, Refused, Reservation
 from backends.kvcache.hints import AgentRef
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
@@ -57,10 +60,10 @@ class SimRequest:
     admitted_s: float = math.nan
     first_token_s: float = math.nan
     finish_s: float = math.nan
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the cache
     generated: int = 0
-    lock: LockHandle | None = None  # the brain's lock on the admitted prefix, held while running
-    own_slots: tuple[int, ...] = ()  # device slots reserved for the tokens it computes
+    intake: IntakeDecision = UNHINTED  # the brain's decision at arrival (agent, fixed boundary)
+    reservation: Reservation | None = None  # its slots and prefix lock, held while running
 
     @property
     def context(self) -> int:
@@ -112,8 +115,8 @@ class ServingSim:
         request.arrival_s = self.events.now
         if self.on_submit is not None:
             self.on_submit(request)
+        request.intake = self.cache.accept(AgentRequest(request.prompt, request.hint, request.fixed_tokens))
         if request.hint is not None:
-            self.cache.apply_hint(request.hint)
             self._prefetch()
         self.waiting.append(request)
         self._kick()
@@ -168,36 +171,15 @@ class ServingSim:
     def _admit(self, request: SimRequest, peek: MatchResult) -> tuple[bool, float]:
         """Try to admit; ``peek`` is the request's prefix match at this instant. Returns
         (admitted, time its KV is ready: load/demotion end)."""
-        cache = self.cache
-        cache.lock(peek.handle)  # our own prefix must survive the reservation below
-        try:
-            # Reserve for the host part too, then hand exactly that back just before admission, so
-            # the brain's load of it finds free slots instead of evicting someone else's prefix.
-            need = len(request.prompt) - peek.device_tokens + len(request.output)
-            alloc = cache.alloc_device(need)
-            ready_at = self._honour(alloc.evicted)
-            if alloc.slots is None:
-                return False, ready_at
-            slots = alloc.slots
-            if peek.host_tokens:
-                cache.free_device(slots[-peek.host_tokens:])
-                slots = slots[: -peek.host_tokens]
-            adm = cache.admit(request.prompt)
-        finally:
-            cache.unlock(peek.handle)
-        short = peek.cached_tokens - adm.cached_tokens  # host part the brain did not load
-        if short > 0:
-            more = cache.alloc_device(short)
-            ready_at = max(ready_at, self._honour(more.evicted))
-            if more.slots is None:
-                raise RuntimeError("device pool exhausted while admitting a reserved request")
-            slots = slots + more.slots
-        ready_at = max(ready_at, self._honour(adm.evicted))
-        if adm.load is not None:
-            ready_at = max(ready_at, self.h2d.demand(adm.load.tokens, lambda t=adm.load: cache.complete_load(t)))
-        request.lock = adm.handle
-        request.own_slots = slots
-        request.cached_tokens = adm.cached_tokens
+        outcome = self.cache.reserve(request.prompt, len(request.output), match=peek)
+        ready_at = self._honour(outcome.evicted)
+        if isinstance(outcome, Refused):
+            return False, ready_at
+        load = outcome.load
+        if load is not None:
+            ready_at = max(ready_at, self.h2d.demand(load.tokens, lambda: self.cache.complete_load(load)))
+        request.reservation = outcome
+        request.cached_tokens = outcome.reused
         request.admitted_s = self.events.now
         self.admission_log.append(request.prompt)
         return True, ready_at
@@ -272,13 +254,11 @@ class ServingSim:
         self._kick()
 
     def _finish(self, r: SimRequest) -> None:
-        cache = self.cache
         r.finish_s = self.events.now
-        tokens = r.prompt + r.output
-        cached = cache.match_prefix(r.prompt[: r.cached_tokens]).device_slots[: r.cached_tokens]
-        res = cache.insert(tokens, cached + r.own_slots, agent=r.agent, fixed_prefix_tokens=r.fixed_tokens)
-        self._offload(res.offload)
-        cache.unlock(r.lock)
+        reservation, r.reservation = r.reservation, None
+        computed = (r.prompt + r.output)[:-1]  # the last output token's KV is never computed
+        res = self.cache.release(reservation, computed, r.intake)
+        self._offload(res.offload if res is not None else None)
 
 
 def _to_compute(prompt: tuple[int, ...], cached: int) -> int:
