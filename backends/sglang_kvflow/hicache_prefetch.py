@@ -125,12 +125,9 @@ def prefetch_step(cache: Any, state: KVFlowState | None = None) -> int:
         return 0
     started = 0
     core = cache.tree_core
-    for steps, ref in state.agents_due():
+    for steps, ref, prefix in state.intake.due(state.config.cache.prefetch_lookahead):
         if len(state.inflight) >= state.config.cache.max_inflight_loads or not _slot_free(cache, state):
             break
-        prefix = state.prefixes.get(ref)
-        if prefix is None:
-            continue
         match = _match_quietly(cache, prefix_radix_key(cache, prefix))
         if match.host_hit_length <= 0:
             continue

@@ -17,7 +17,7 @@ decoder rejects anything deeper, so the HTTP side rewrites the documented nested
 * ``kvflow_steps``: the steps in wire form (numbers, ``None`` for never);
 * ``kvflow_fixed_tokens``: the fixed-prefix boundary in tokens, computed from the hint's
   ``fixed_prefix`` (characters of a text prompt, or leading chat messages rendered with the chat
-  template). Without it the scheduler uses backends/kvcache's segmentation.
+  template). Without it the scheduler's intake infers one (backends/kvcache/intake.py).
 
 Messages are msgspec structs registered with ``hook_custom_types`` in every process, and reach the
 scheduler through its request socket, so rank 0 broadcasts them to all TP ranks in the same
@@ -218,8 +218,7 @@ def handle_steps(scheduler: Any, msg: KVFlowStepsReq) -> None:
     update = StepsUpdate(workflow_id=msg.workflow_id, namespace=msg.namespace, steps=msg.steps, done=msg.done)
     state = get_state()
     state.clock.advance(msg.sent_at)
-    state.hints.apply_steps(update)
-    state.counters["steps_updates"] += 1
+    state.intake.apply_steps(update)
     return None  # no reply: the HTTP route answered after validating
 
 

@@ -1,5 +1,6 @@
-"""Per-process KVFlow state inside an SGLang scheduler: hint table, agent prefixes, in-flight
-prefetches and counters.
+"""Per-process KVFlow state inside an SGLang scheduler: the brain's request intake (hint table,
+segmentation, agent registry, counters) on a message clock, in-flight prefetches, and the plugin's
+own counters.
 
 One scheduler process owns one tree cache, so the state is a process-wide singleton. Every
 tensor-parallel rank builds the same state because every update reaches it through the scheduler's
@@ -9,26 +10,19 @@ and hints expire by the stamps those messages carry (:class:`MessageClock`), nev
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from backends.kvcache.config import CacheConfig
 from backends.kvcache.hints import AgentRef, HintTable
-from backends.kvcache.segment import Segmenter
+from backends.kvcache.intake import INTAKE_COUNTERS, RequestIntake
 
 __all__ = ["PluginConfig", "MessageClock", "UNSIZED_POOL", "PrefixKey", "Inflight", "KVFlowState", "get_state", "configure", "reset_state", "COUNTERS"]
 
-# Monotonic counters reported by GET /kvflow/v1/stats (names follow backends/kvcache's stats).
-COUNTERS = (
-    "hinted_requests",
-    "steps_updates",
-    "tagged_requests",
-    "prefetch_issued",
-    "prefetched_tokens",
-    "prefetch_rejected",
-    "admission_skips",
-)
+# Monotonic counters reported by GET /kvflow/v1/stats: the intake's, then the plugin's own.
+PLUGIN_COUNTERS = ("prefetch_issued", "prefetched_tokens", "prefetch_rejected", "admission_skips")
+COUNTERS = INTAKE_COUNTERS + PLUGIN_COUNTERS
 
 
 # CacheConfig needs a device pool size, which a scheduler learns only once it has built its pools
@@ -117,60 +111,36 @@ class Inflight(NamedTuple):
 
 
 class KVFlowState:
-    """Everything the plugin keeps in one scheduler process. Not thread-safe: the scheduler loop
+    """What the plugin keeps in one scheduler process: the brain's :class:`RequestIntake` (its
+    agent registry records where each agent's tagged prefix lives, a :class:`PrefixKey`), the
+    clock it expires hints by, and the prefetches in flight. Not thread-safe: the scheduler loop
     is its only writer."""
 
     def __init__(self, config: PluginConfig | None = None) -> None:
         self.options = config or PluginConfig()  # as configured; ``config`` gets the pool size
         self.config = self.options
-        cache = self.config.cache
         self.clock = MessageClock()
-        self.hints = HintTable(ttl_s=cache.hint_ttl_s, clock=self.clock.now, cap_tokens=cache.namespace_cap_tokens,
-                               max_workflows=cache.max_workflows, max_agents=cache.max_tracked_agents)
-        self.segmenter = Segmenter(history=cache.segment_history, max_agents=cache.max_tracked_agents)
-        self.prefixes: OrderedDict[AgentRef, PrefixKey] = OrderedDict()
-        # Token bound of the prefix table, as the segmentation history's (a client that names
-        # many agents with long explicit prefixes would otherwise hold agents x context tokens).
-        self.max_prefix_tokens = self.segmenter.max_tokens
-        self._prefix_tokens = 0
+        self.intake: RequestIntake[PrefixKey] = RequestIntake(self.config.cache, clock=self.clock.now)
+        # No pool to take half of yet: only a configured cap applies until use_device_pool.
+        self.intake.hints.set_cap(self.config.cache.namespace_cap_tokens)
         self.inflight: dict[int, Inflight] = {}
-        self.counters: Counter[str] = Counter({name: 0 for name in COUNTERS})
+        self.counters: Counter[str] = self.intake.counters  # one table: the intake's names, then ours
+        self.counters.update({name: 0 for name in PLUGIN_COUNTERS})
+
+    @property
+    def hints(self) -> HintTable:
+        return self.intake.hints
 
     def use_device_pool(self, device_tokens: int) -> None:
-        """The scheduler's device pool size is known: size the nested CacheConfig and apply its
-        namespace cap (:func:`~backends.kvcache.config.namespace_cap`: the option, else half the pool)."""
+        """The scheduler's device pool size is known: size the nested CacheConfig, whose namespace
+        cap (:func:`~backends.kvcache.config.namespace_cap`: the option, else half the pool) and
+        token bounds the intake then applies."""
         self.config = self.options.sized(device_tokens)
-        self.hints.set_cap(self.config.cache.effective_namespace_cap)
-
-    def remember_prefix(self, ref: AgentRef, prefix: PrefixKey) -> None:
-        """Where ``ref``'s fixed prefix lives (for prefetch); bounded in agents like the hint table
-        and in tokens like the segmentation history, the least recently tagged agent forgotten
-        first (the newest always stays)."""
-        old = self.prefixes.pop(ref, None)
-        if old is not None:
-            self._prefix_tokens -= len(old.token_ids)
-        self.prefixes[ref] = prefix
-        self._prefix_tokens += len(prefix.token_ids)
-        while len(self.prefixes) > 1 and (len(self.prefixes) > self.hints.max_agents
-                                          or self._prefix_tokens > self.max_prefix_tokens):
-            _, gone = self.prefixes.popitem(last=False)
-            self._prefix_tokens -= len(gone.token_ids)
+        self.intake.size_for(self.config.cache)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready view for /kvflow/v1/stats (no prompts, no workflow ids)."""
-        return {
-            "counters": dict(self.counters),
-            "workflows": self.hints.workflow_count,
-            "agents_with_prefix": len(self.prefixes),
-            "prefetch_inflight": len(self.inflight),
-            "config": self.config.as_options(),
-        }
-
-    def agents_due(self) -> list[tuple[float, AgentRef]]:
-        """Agents with a tagged fixed prefix within the prefetch lookahead, most urgent first
-        (the hint table's own candidate list: O(agents with a prefix), not O(agents named))."""
-        self.hints.expire()
-        return self.hints.due(self.config.cache.prefetch_lookahead)
+        return {**self.intake.snapshot(), "prefetch_inflight": len(self.inflight), "config": self.config.as_options()}
 
 
 _STATE = KVFlowState()

@@ -1,11 +1,14 @@
 """Agent tags on SGLang tree nodes: which agents' fixed prefixes run through a node.
 
-* When a hinted request is queued in the scheduler, its hint updates the hint table and its fixed
-  prefix length (in tokens) is decided once: the explicit boundary the HTTP side computed, else
-  backends/kvcache's segmentation heuristic (longest common prefix of the agent's recent requests).
+* When a request is queued in the scheduler, the brain's intake takes it
+  (:meth:`~backends.kvcache.intake.RequestIntake.accept`: the hint table, the one fixed-boundary
+  rule, the counters) with the explicit boundary the HTTP side computed, if any; the decision is
+  stashed on the request.
 * After ``UnifiedRadixCache.checkpoint_into_tree`` the nodes root..boundary get the agent's tag
   (matching the fixed-prefix key splits the node at the boundary, so the dynamic suffix stays
-  untagged).
+  untagged), and the intake's agent registry records where the prefix lives (prefetch loads it).
+  Tags of a record the registry drops (a moved boundary, a forgotten agent) stay on their nodes
+  and leave with them as SGLang evicts them.
 * ``UnifiedTreeCore._split_node`` does not copy unknown attributes: the split hook copies the tags
   (and the prefetch marker) onto the new upper node. Demotion and load-back keep the same node
   object, so tags survive the host tier.
@@ -17,6 +20,7 @@ from array import array
 from typing import Any
 
 from backends.kvcache.hints import AgentRef
+from backends.kvcache.intake import AgentRequest
 
 from .hints_bridge import read_request_hint
 from .state import PrefixKey, get_state
@@ -35,8 +39,8 @@ def node_tags(node: Any) -> set[AgentRef] | None:
 
 
 def on_request_queued(scheduler: Any, req: Any, is_retracted: bool = False, *_: Any, **__: Any) -> None:
-    """BEFORE ``Scheduler._add_request_to_queue``: apply the request's hint (every TP rank sees the
-    same request, so every rank's table changes alike) and decide its fixed-prefix length."""
+    """BEFORE ``Scheduler._add_request_to_queue``: the intake takes the request (every TP rank sees
+    the same request, so every rank's table changes alike) and decides its fixed-prefix length."""
     if is_retracted or getattr(req, _REQ_ATTR, None) is not None:
         # A retracted request comes back: its hint was applied when it first arrived, but the tree
         # may have dropped its prefix meanwhile, so the next checkpoints tag it again.
@@ -44,16 +48,14 @@ def on_request_queued(scheduler: Any, req: Any, is_retracted: bool = False, *_: 
             setattr(req, _TAGGED_ATTR, 0)
         return
     found = read_request_hint(getattr(req.sampling_params, "custom_params", None))
+    state = get_state()
     if found is None:
+        state.intake.accept(AgentRequest(req.origin_input_ids))  # counted as unhinted
         return
     hint, explicit_tokens, sent_at = found
-    state = get_state()
-    ref: AgentRef = (hint.namespace, hint.agent)
     state.clock.advance(sent_at)
-    state.hints.apply_hint(hint)
-    state.counters["hinted_requests"] += 1
-    fixed_len = state.segmenter.observe(ref, req.origin_input_ids, explicit_tokens)
-    setattr(req, _REQ_ATTR, (ref, fixed_len))
+    decision = state.intake.accept(AgentRequest(req.origin_input_ids, hint, explicit_tokens))
+    setattr(req, _REQ_ATTR, (decision.agent, decision.fixed_tokens))
 
 
 def uses_python_core(cache: Any) -> bool:
@@ -113,10 +115,7 @@ def tag_after_checkpoint(result: Any, cache: Any, req: Any, *_: Any, **__: Any) 
         return None
     setattr(req, _TAGGED_ATTR, tagged)
     if done is None:
-        state = get_state()
-        state.remember_prefix(ref, prefix)
-        state.hints.note_fixed_tokens(ref, fixed_len)
-        state.counters["tagged_requests"] += 1
+        get_state().intake.remember(ref, prefix, fixed_len)
     return None
 
 

@@ -1,10 +1,13 @@
-"""KVFlow state inside one vLLM engine-core process: the brain's hint table, agent tags on prefix
-block hashes, and the counters ``/kvflow/v1/stats`` reports.
+"""KVFlow state inside one vLLM engine-core process: the brain's request intake (hint table, the
+fixed-boundary rule, agent registry, counters), agent tags on prefix block hashes, and the
+counters ``/kvflow/v1/stats`` reports.
 
 Pure Python (no vLLM import): the scheduler subclass owns one :class:`KVFlowState` and calls its
-verbs; tests drive it directly. Tags are keyed by vLLM's block hash, which is a function of the
-block's tokens and its parent's hash, so a tag outlives the block that carried it: a prefix that
-is evicted and recomputed gets the same hash and is tagged again without a new hint.
+verbs; tests drive it directly. What is vLLM's own: hints read from ``kv_transfer_params``, and
+tags keyed by vLLM's block hash, which is a function of the block's tokens and its parent's hash,
+so a tag outlives the block that carried it: a prefix that is evicted and recomputed gets the same
+hash and is tagged again without a new hint. The tag table has its own bound in blocks; a record
+the agent registry drops (a moved boundary, a forgotten agent) leaves its tags to that bound.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Any, Hashable, Iterable, Mapping
 
+from backends.kvcache.bounded import BoundedLRU
 from backends.kvcache.config import CacheConfig
 from backends.kvcache.hints import AgentRef, HintTable
+from backends.kvcache.intake import INTAKE_COUNTERS, AgentRequest, RequestIntake
 from backends.kvcache.policy import kvflow_key
-from backends.kvcache.segment import Segmenter
 from backends.kvcache.stats import CacheStats
 from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate
 
@@ -30,8 +34,9 @@ __all__ = ["HINT_KEY", "PREFIX_TOKENS_KEY", "KVFlowState", "read_hint", "cache_c
 HINT_KEY = "kvflow"                     # kv_transfer_params["kvflow"]: a KVFlowHint as JSON
 PREFIX_TOKENS_KEY = "kvflow_prefix_tokens"  # its fixed prefix in tokens, when the API server knew it
 
-# Counters of this backend beyond the brain's CacheStats (which the conformance suite compares).
-EXTRA_COUNTERS = ("hinted_requests", "bad_hints", "steps_updates", "tagged_requests", "reorders")
+# Counters of this backend beyond the brain's CacheStats (which the conformance suite compares):
+# the intake's, then its own.
+EXTRA_COUNTERS = INTAKE_COUNTERS + ("bad_hints", "reorders")
 
 
 def read_hint(params: Mapping[str, Any] | None) -> tuple[KVFlowHint, int | None] | None:
@@ -77,69 +82,56 @@ class KVFlowState:
             raise ValueError(f"block_size must be > 0, got {block_size}")
         self.config = config
         self.block_size = block_size
-        self.hints = HintTable(ttl_s=config.hint_ttl_s, cap_tokens=config.effective_namespace_cap,
-                               max_workflows=config.max_workflows, max_agents=config.max_tracked_agents)
-        self.segmenter = Segmenter(history=config.segment_history, max_agents=config.max_tracked_agents,
-                                   max_tokens=config.tracked_tokens)
-        # block hash -> agents whose fixed prefix covers it; oldest tagged first (bounded).
-        self.tags: OrderedDict[Hashable, set[AgentRef]] = OrderedDict()
-        self.max_tagged_blocks = max_tagged_blocks or max(4 * config.device_tokens // block_size, 4096)
+        # the registry records the block hashes each agent's fixed prefix was tagged on
+        self.intake: RequestIntake[tuple[Hashable, ...]] = RequestIntake(config)
+        # block hash -> agents whose fixed prefix covers it; oldest tagged first.
+        self.tags: BoundedLRU[Hashable, set[AgentRef]] = BoundedLRU(
+            max_tagged_blocks or max(4 * config.device_tokens // block_size, 4096))
         self.last_free: dict[Hashable, int] = {}  # block hash -> free tick (LRU within a tie)
         self._tick = 0
         self.stats = CacheStats()
-        self.counters: Counter[str] = Counter({name: 0 for name in EXTRA_COUNTERS})
+        self.counters: Counter[str] = self.intake.counters  # one table: the intake's names, then ours
+        self.counters.update({name: 0 for name in EXTRA_COUNTERS if name not in INTAKE_COUNTERS})
+
+    @property
+    def hints(self) -> HintTable:
+        return self.intake.hints
+
+    @property
+    def max_tagged_blocks(self) -> int:
+        return self.tags.max_entries
 
     # ---- hints ---------------------------------------------------------------------------
     def on_request(self, params: Mapping[str, Any] | None, prompt_ids: list[int],
                    block_hashes: list[Hashable]) -> AgentRef | None:
-        """A request arrives: apply its hint and tag the blocks its fixed prefix fills in full.
-        A malformed hint is counted and ignored (the API server already refused it with a 4xx)."""
+        """A request arrives: the intake takes it (its hint, the fixed boundary), then the blocks
+        its fixed prefix fills in full are tagged. A malformed hint is counted and ignored (the API
+        server already refused it with a 4xx)."""
         try:
             found = read_hint(params)
         except HintError:
             self.counters["bad_hints"] += 1
             return None
-        if found is None:
+        hint, explicit = found if found is not None else (None, None)
+        decision = self.intake.accept(AgentRequest(prompt_ids, hint, explicit))
+        ref = decision.agent
+        if ref is None:
             return None
-        hint, explicit = found
-        ref: AgentRef = (hint.namespace, hint.agent)
-        self.hints.apply_hint(hint)
-        self.counters["hinted_requests"] += 1
-        fixed = self.reusable_prefix(ref, prompt_ids, explicit)
-        full = min(fixed // self.block_size, len(block_hashes))
+        full = min(decision.fixed_tokens // self.block_size, len(block_hashes))
         if full:
             self.tag(ref, block_hashes[:full])
-            self.hints.note_fixed_tokens(ref, full * self.block_size)
-            self.counters["tagged_requests"] += 1
+            self.intake.remember(ref, tuple(block_hashes[:full]), full * self.block_size)
         return ref
-
-    def reusable_prefix(self, ref: AgentRef, prompt_ids: list[int], explicit: int | None) -> int:
-        """Tokens of this request the agent is expected to reuse: its declared fixed prompt
-        (``explicit``), extended by what it shares with the agent's previous request.
-
-        The declared boundary is a lower bound, not the whole of what recurs: an agent in a loop
-        (MetaGPT's Engineer, re-sent the same design and plan every fix round) repeats the start of
-        its dynamic message too. Blocks left untagged there are evicted before every tagged block,
-        while stock LRU keeps them; tagging the shared part with the agent's steps keeps the
-        brain's order meaningful for it. Without a declared boundary this is the segmenter's own
-        inference (the common prefix alone)."""
-        shared = self.segmenter.observe(ref, prompt_ids)
-        if explicit is None:
-            return shared
-        return max(min(explicit, len(prompt_ids)), shared)
 
     def tag(self, ref: AgentRef, hashes: Iterable[Hashable]) -> None:
         for h in hashes:
-            agents = self.tags.pop(h, None) or set()
+            agents = self.tags.pop(h) or set()
             agents.add(ref)
-            self.tags[h] = agents
-        while len(self.tags) > self.max_tagged_blocks:
-            gone, _ = self.tags.popitem(last=False)
-            self.last_free.pop(gone, None)
+            for gone, _ in self.tags.put(h, agents):
+                self.last_free.pop(gone, None)
 
     def apply_steps(self, update: StepsUpdate) -> None:
-        self.hints.apply_steps(update)
-        self.counters["steps_updates"] += 1
+        self.intake.apply_steps(update)
 
     # ---- order ---------------------------------------------------------------------------
     def note_freed(self, block_hash: Hashable) -> None:
@@ -160,12 +152,13 @@ class KVFlowState:
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready counters (no prompts, no workflow ids): the brain's CacheStats fields, then
         this backend's own."""
-        protected = sum(1 for agents in self.tags.values()
+        protected = sum(1 for _, agents in self.tags.items()
                         if any(self.hints.steps(ref) != math.inf for ref in agents))
         return {
             **self.stats.as_dict(),
             **self.counters,
             "workflows": self.hints.workflow_count,
+            "agents_with_prefix": len(self.intake.prefixes),
             "tagged_blocks": len(self.tags),
             "protected_blocks": protected,
             "block_size": self.block_size,

@@ -158,7 +158,7 @@ def test_tags_survive_splits_and_mark_only_the_fixed_prefix(make_rig, state):
         assert node_tags(child) == {("ns", agent)}
         (suffix,) = child.children.values()
         assert node_tags(suffix) is None  # the dynamic part stays untagged (evicted first)
-    assert state.prefixes[("ns", "B")].token_ids == tuple(SYSTEM + OWN["B"])
+    assert state.intake.prefixes.get(("ns", "B")).token_ids == tuple(SYSTEM + OWN["B"])
     assert state.hints.fixed_tokens(("ns", "A")) == FIXED
 
 

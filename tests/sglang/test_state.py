@@ -50,29 +50,39 @@ def test_reconfiguring_with_the_same_options_keeps_the_sized_state():
     reset_state()
 
 
-def test_prefix_table_is_bounded_and_keeps_the_recent_agents():
-    state = KVFlowState()
-    state.hints.max_agents = 3
+def _bounded_state(**bounds) -> KVFlowState:
+    return KVFlowState(PluginConfig(cache=CacheConfig(device_tokens=UNSIZED_POOL, max_inflight_loads=2, **bounds)))
+
+
+def test_prefix_records_are_the_brains_bounded_registry_newest_kept():
+    state = _bounded_state(max_tracked_agents=3)
     for i in range(5):
-        state.remember_prefix(("ns", f"a{i}"), PrefixKey((i,), None, None))
-    state.remember_prefix(("ns", "a2"), PrefixKey((9,), None, None))  # refreshed: now the newest
-    assert list(state.prefixes) == [("ns", "a3"), ("ns", "a4"), ("ns", "a2")]
-
-
-def test_prefix_table_is_bounded_in_tokens_too():
-    state = KVFlowState()
-    state.max_prefix_tokens = 10
+        state.intake.remember(("ns", f"a{i}"), PrefixKey((i,), None, None), 1)
+    state.intake.remember(("ns", "a2"), PrefixKey((9,), None, None), 1)  # refreshed: now the newest
+    assert list(state.intake.prefixes) == [("ns", "a3"), ("ns", "a4"), ("ns", "a2")]
+    assert state.hints.fixed_tokens(("ns", "a0")) == 0  # a forgotten agent costs no cap space any more
+    state = _bounded_state(max_tracked_tokens=10)
     for i in range(4):
-        state.remember_prefix(("ns", f"a{i}"), PrefixKey((i,) * 4, None, None))
-    assert list(state.prefixes) == [("ns", "a2"), ("ns", "a3")]  # 8 tokens; a third would make 12
-    state.remember_prefix(("ns", "long"), PrefixKey((7,) * 20, None, None))
-    assert list(state.prefixes) == [("ns", "long")]  # alone over the bound, but the newest stays
+        state.intake.remember(("ns", f"a{i}"), PrefixKey((i,) * 4, None, None), 4)
+    assert list(state.intake.prefixes) == [("ns", "a2"), ("ns", "a3")]  # 8 tokens; a third would make 12
+    state.intake.remember(("ns", "long"), PrefixKey((7,) * 20, None, None), 20)
+    assert list(state.intake.prefixes) == [("ns", "long")]  # alone over the bound, but the newest stays
+
+
+def test_segmentation_and_prefix_records_are_bounded_by_the_tracked_tokens_of_the_sized_pool():
+    state = KVFlowState()
+    intake = state.intake
+    unsized = CacheConfig(device_tokens=UNSIZED_POOL).tracked_tokens
+    assert intake.segmenter.max_tokens == intake.prefixes.max_tokens == unsized  # not a 4M-token default
+    state.use_device_pool(1 << 20)
+    assert intake.segmenter.max_tokens == intake.prefixes.max_tokens == state.config.cache.tracked_tokens == 4 << 20
+    assert intake.prefixes.max_agents == intake.segmenter.max_agents == state.config.cache.max_tracked_agents
 
 
 def test_snapshot_reveals_no_prompts_or_workflow_ids():
     state = KVFlowState()
     state.hints.set_steps("tenant", "secret-workflow-42", {"coder": 1})
-    state.remember_prefix(("tenant", "coder"), PrefixKey((31337, 4242), "secret-extra", None))
+    state.intake.remember(("tenant", "coder"), PrefixKey((31337, 4242), "secret-extra", None), 2)
     text = json.dumps(state.snapshot())
     assert "secret" not in text and "31337" not in text and "coder" not in text
     assert state.snapshot()["workflows"] == 1 and state.snapshot()["agents_with_prefix"] == 1
