@@ -51,11 +51,13 @@ from __future__ import annotations
 import itertools
 import time
 from collections import Counter
-from typing import Callable, Iterable, Mapping, Sequence
+from contextlib import closing
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 from .allocator import SlotAllocator
+from .budget import prefetch_room, take_in_order
 from .config import CacheConfig
 from .errors import CacheError, LockError
 from .hints import AgentRef
@@ -63,7 +65,7 @@ from .intake import UNHINTED, AgentRequest, IntakeDecision, RequestIntake
 from .integrity import check_integrity
 from .leafqueue import LeafQueue
 from .lifecycle import Refused, Reservation, release, reserve
-from .policy import EvictionPolicy, make_policy, node_steps
+from .policy import EvictionPolicy, make_policy
 from .radix import Node, RadixTree
 from .results import (
     NO_EVICTION, Admission, Allocation, Demotion, EvictResult, FlushResult, InsertResult, LoadTask,
@@ -301,8 +303,7 @@ class KVCache:
         if n == 0:
             return NO_EVICTION
         self.hints.expire()
-        victims, _ = self._victims(n)
-        return self._evict_nodes(victims)
+        return self._evict_nodes(self._victims(n))
 
     def evict_host(self, n: int) -> EvictResult:
         """Drop at least ``n`` host-only tokens if that many are evictable (else as many as are)."""
@@ -493,28 +494,28 @@ class KVCache:
         return duplicates
 
     # ---- internal helpers: eviction ----------------------------------------------------
-    def _victims(self, n: int, stop: Callable[[Node], bool] | None = None) -> tuple[list[Node], int]:
-        """The device victims for ``n`` tokens in policy order, without changing anything.
+    def _victims(self, n: int) -> list[Node]:
+        """The device victims for ``n`` tokens in policy order, without changing anything."""
+        with closing(self._eviction_order()) as order:
+            return take_in_order(order, n, len)[0]
 
-        Stops early at the first node for which ``stop(node)`` is true (the prefetch budget)."""
+    def _eviction_order(self) -> Iterator[Node]:
+        """Device-evictable nodes in policy order, a parent offered once every device child of it
+        was taken. Nothing changes until the caller evicts what it took; close the iterator (the
+        queue's pass ends) before evicting."""
         queue = self._device_queue
         queue.begin()
-        chosen: list[Node] = []
         gone: set[Node] = set()
-        got = 0
-        while got < n:
-            node = queue.pop(_device_evictable)
-            if node is None or (stop is not None and stop(node)):
-                break
-            chosen.append(node)
-            gone.add(node)
-            got += len(node)
-            parent = node.parent
-            if (parent.parent is not None and _device_evictable(parent)
-                    and all(c.device is None or c in gone for c in parent.children.values())):
-                queue.offer(parent)
-        queue.end()  # nothing is evicted yet; entries of nodes evicted later become garbage
-        return chosen, got
+        try:
+            while (node := queue.pop(_device_evictable)) is not None:
+                yield node
+                gone.add(node)
+                parent = node.parent
+                if (parent.parent is not None and _device_evictable(parent)
+                        and all(c.device is None or c in gone for c in parent.children.values())):
+                    queue.offer(parent)
+        finally:
+            queue.end()  # nothing is evicted yet; entries of nodes evicted later become garbage
 
     def _evict_nodes(self, victims: list[Node]) -> EvictResult:
         demoted: list[Demotion] = []
@@ -629,8 +630,8 @@ class KVCache:
             return None
         need = match.host_tokens - self.device.free_count
         if need > 0:
-            steps_of = self.hints.steps
-            victims, got = self._victims(need, stop=lambda node: node_steps(node.tags, steps_of) <= steps)
+            with closing(self._eviction_order()) as order:
+                victims, got = prefetch_room(order, need, steps, size=len, tags=_tags, steps_of=self.hints.steps)
             if got < need:
                 return None  # would have to evict something at least as urgent: skip this agent
             evictions.append(self._evict_nodes(victims))
@@ -671,6 +672,10 @@ def _device_subtree(top: Node) -> list[Node]:
     for node in order:
         order.extend(c for c in node.children.values() if c.device is not None)
     return order
+
+
+def _tags(node: Node) -> set[AgentRef] | None:
+    return node.tags
 
 
 def _unpinned(node: Node) -> bool:

@@ -9,9 +9,13 @@ TP rank alike, before admission). Each step:
    ``load_back(anchor, mem_quota)`` then one ``ready_to_load_host_cache()`` to start the copies.
 
 Bounds: at most ``max_inflight_loads`` prefetches; a load-back slot is used only while
-``reserved_load_slots`` stay free for demand loads; ``mem_quota`` = free device tokens plus the
-unlocked device tokens whose eviction key is below the agent's (eviction never removes something
-more urgent to make room for a prefetch).
+``reserved_load_slots`` stay free for demand loads; ``mem_quota`` is the brain's prefetch budget
+(:mod:`backends.kvcache.budget`: free device tokens, then device nodes in the kvflow eviction order
+up to the first as urgent as the agent; eviction never removes something more urgent to make room
+for a prefetch), read over SGLang's tree: its evictable device leaves in a heap, a parent joining
+once its device children are taken, stopping at that bar or once the load's tokens are covered. A
+step costs O(evictable leaves) when the free tokens do not cover the load, nothing more otherwise;
+the whole-tree walk it replaces cost O(nodes) per candidate agent.
 
 The trap: SGLang marks loaded tokens device-resident as soon as the load is queued. A request whose
 matched path touches a node of an unacknowledged prefetch is therefore *not ready*
@@ -20,9 +24,13 @@ matched path touches a node of an unacknowledged prefetch is therefore *not read
 
 from __future__ import annotations
 
+import heapq
 import logging
-from typing import Any
+import math
+from contextlib import closing
+from typing import Any, Iterator
 
+from backends.kvcache.budget import prefetch_room
 from backends.kvcache.policy import kvflow_key
 
 from .state import Inflight, KVFlowState, get_state
@@ -55,23 +63,46 @@ def is_ready(cache: Any, node_id: Any, state: KVFlowState | None = None) -> bool
     return True
 
 
-def load_quota(cache: Any, state: KVFlowState, ref: Any) -> int:
-    """Device tokens a prefetch for agent ``ref`` may take: free tokens plus unlocked,
-    device-resident tokens that rank below the agent's own prefix in eviction order."""
+def load_quota(cache: Any, state: KVFlowState, ref: Any, need: float = math.inf) -> int:
+    """Device tokens a prefetch for agent ``ref`` may take (the brain's budget rule): the free
+    tokens, plus the tokens of device nodes SGLang would evict first, up to the first as urgent as
+    the agent and no further than ``need`` tokens in all."""
+    free = int(cache.token_to_kv_pool_allocator.available_size())
+    if need <= free:
+        return free
+    with closing(_eviction_order(cache, state)) as order:
+        _, room = prefetch_room(order, need - free, state.hints.steps(ref), size=_node_len, tags=node_tags,
+                                steps_of=state.hints.steps)
+    return free + room
+
+
+def _eviction_order(cache: Any, state: KVFlowState) -> Iterator[Any]:
+    """Unlocked device nodes in the order the kvflow strategy evicts them: SGLang's evictable device
+    leaves by ``kvflow_key``, a parent joining once every child with device KV was taken."""
     from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 
-    bar = kvflow_key({ref}, state.hints, float("inf"))[:2]
-    quota = int(cache.token_to_kv_pool_allocator.available_size())
-    stack = list(cache.tree_core.root_node.children.values())
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children.values())
-        full = node.component_data[ComponentType.FULL]
-        if full.value is None or full.lock_ref > 0:
-            continue
-        if kvflow_key(node_tags(node), state.hints, node.last_access_time)[:2] < bar:
-            quota += len(node.key)
-    return quota
+    core = cache.tree_core
+
+    def entry(node: Any) -> tuple[Any, int, Any]:
+        return kvflow_key(node_tags(node), state.hints, node.last_access_time), id(node), node
+
+    heap = [entry(node) for node in core.evictable_device_leaves]
+    heapq.heapify(heap)
+    taken: set[int] = set()
+    while heap:
+        node = heapq.heappop(heap)[2]
+        yield node
+        taken.add(id(node))
+        parent = node.parent
+        if (parent is not None and parent is not core.root_node and not parent.evicted
+                and all(data.lock_ref == 0 for data in parent.component_data)
+                and all(id(c) in taken or c.component_data[ComponentType.FULL].value is None
+                        for c in parent.children.values())):
+            heapq.heappush(heap, entry(parent))
+
+
+def _node_len(node: Any) -> int:
+    return len(node.key)
 
 
 def _slot_free(cache: Any, state: KVFlowState) -> bool:
@@ -135,7 +166,9 @@ def prefetch_step(cache: Any, state: KVFlowState | None = None) -> int:
         if anchor in cache.ongoing_load_back:
             continue  # a demand load of the same prefix is already on its way
         to_load = _host_only_path(core, anchor)
-        if not cache.load_back(anchor, mem_quota=load_quota(cache, state, ref)):
+        # what load_back checks the quota against: the host tokens plus the path's device tokens it locks
+        need = match.host_hit_length + match.device_prefix_len
+        if not cache.load_back(anchor, mem_quota=load_quota(cache, state, ref, need)):
             state.counters["prefetch_rejected"] += 1
             continue
         for node in to_load:

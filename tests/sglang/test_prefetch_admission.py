@@ -132,9 +132,14 @@ def test_prefetch_respects_slots_inflight_cap_and_quota(make_rig, state):
 
     # The quota never counts tokens more urgent than the agent: C's prefix (steps 0) is
     # device-resident now and must not be offered to a prefetch for an agent at steps 1.
+    rig.run_req(rig.make_req([70, 71, 72, 73]))  # an untagged suffix on device: evictable before any prefix
     free = rig.allocator.available_size()
-    assert load_quota(rig.cache, state, ("default", "A")) < free + 6 * 3
+    quota = load_quota(rig.cache, state, ("default", "A"))
+    assert quota == free + 4
     assert load_quota(rig.cache, state, ("default", "Z")) == free  # unhinted: only free space qualifies
+    # the brain's rule reads SGLang's tree only as far as the load needs
+    assert load_quota(rig.cache, state, ("default", "A"), need=free) == free
+    assert free < load_quota(rig.cache, state, ("default", "A"), need=free + 1) <= quota
 
 
 def test_untagged_requests_are_never_blocked(make_rig, state):
