@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Generic, Iterator, TypeVar
 
-__all__ = ["BoundedLRU"]
+__all__ = ["BoundedLRU", "Bound"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -109,3 +109,20 @@ class BoundedLRU(Generic[K, V]):
 
     def _over_weight(self) -> bool:
         return self.max_weight is not None and self._weight > self.max_weight
+
+
+class Bound:
+    """A class attribute that reads and sets one bound (``max_entries`` or ``max_weight``) of a
+    :class:`BoundedLRU` its instances keep under ``table``: the owner's bounds stay attributes as
+    callers know them, with one place that holds them."""
+
+    def __init__(self, table: str, bound: str) -> None:
+        self.table, self.bound = table, bound
+
+    def __get__(self, obj: object, owner: type | None = None) -> int | None:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        return getattr(getattr(obj, self.table), self.bound)
+
+    def __set__(self, obj: object, value: int | None) -> None:
+        setattr(getattr(obj, self.table), self.bound, value)

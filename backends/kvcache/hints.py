@@ -27,7 +27,7 @@ from typing import Callable, Iterator, Mapping
 
 from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate, check_steps
 
-from .bounded import BoundedLRU
+from .bounded import Bound, BoundedLRU
 
 __all__ = ["AgentRef", "HintTable", "HintError", "INF"]
 
@@ -39,6 +39,10 @@ INF = math.inf
 
 class HintTable:
     """Live steps-to-execution per agent. Not thread-safe: one owner applies updates."""
+
+    max_workflows = Bound("_workflows", "max_entries")
+    max_entries = Bound("_workflows", "max_weight")  # (workflow, agent) step entries in all
+    max_agents = Bound("_fixed_tokens", "max_entries")  # agents with a known fixed-prefix length
 
     def __init__(
         self,
@@ -67,22 +71,6 @@ class HintTable:
         # Only agents with a fixed prefix cost cap space, so this is computed over _costly alone:
         # an update costs O(agents with a cached prefix), not O(agents named by hints).
         self._unprotected: dict[str, frozenset[str]] = {}
-
-    @property
-    def max_workflows(self) -> int:
-        return self._workflows.max_entries
-
-    @property
-    def max_entries(self) -> int:
-        return self._workflows.max_weight
-
-    @property
-    def max_agents(self) -> int:
-        return self._fixed_tokens.max_entries
-
-    @max_agents.setter
-    def max_agents(self, value: int) -> None:
-        self._fixed_tokens.max_entries = value
 
     # ---- updates -------------------------------------------------------------------------
     def apply_hint(self, hint: KVFlowHint) -> None:

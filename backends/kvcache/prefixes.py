@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Generic, Iterator, TypeVar
 
-from .bounded import BoundedLRU
+from .bounded import Bound, BoundedLRU
 from .hints import AgentRef, HintTable
 
 __all__ = ["AgentPrefixes"]
@@ -23,6 +23,9 @@ P = TypeVar("P")
 
 
 class AgentPrefixes(Generic[P]):
+    max_agents = Bound("_records", "max_entries")
+    max_tokens = Bound("_records", "max_weight")
+
     def __init__(self, hints: HintTable, max_agents: int, max_tokens: int) -> None:
         self.hints = hints
         self._records: BoundedLRU[AgentRef, tuple[P, int]] = BoundedLRU(
@@ -56,18 +59,6 @@ class AgentPrefixes(Generic[P]):
     @property
     def token_count(self) -> int:
         return self._records.weight
-
-    @property
-    def max_agents(self) -> int:
-        return self._records.max_entries
-
-    @property
-    def max_tokens(self) -> int:
-        return self._records.max_weight
-
-    @max_tokens.setter
-    def max_tokens(self, value: int) -> None:
-        self._records.max_weight = value
 
     def __len__(self) -> int:
         return len(self._records)

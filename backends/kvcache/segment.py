@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Sequence
 
-from .bounded import BoundedLRU
+from .bounded import Bound, BoundedLRU
 from .hints import AgentRef
 
 __all__ = ["Segmenter", "common_prefix_len"]
@@ -28,24 +28,15 @@ class Segmenter:
     """Remembers the last ``history`` requests of each agent: at most ``max_agents`` agents and
     ``max_tokens`` tokens in all, the least recently seen agent forgotten first."""
 
+    max_agents = Bound("_recent", "max_entries")
+    max_tokens = Bound("_recent", "max_weight")
+
     def __init__(self, history: int = 2, max_agents: int = 65536, max_tokens: int = 1 << 22) -> None:
         if history < 2:
             raise ValueError(f"segmentation needs a history of at least 2 requests, got {history}")
         self.history = history
         self._recent: BoundedLRU[AgentRef, deque[tuple[int, ...]]] = BoundedLRU(
             max_agents, max_tokens, weigh=lambda recent: sum(len(t) for t in recent))
-
-    @property
-    def max_agents(self) -> int:
-        return self._recent.max_entries
-
-    @property
-    def max_tokens(self) -> int:
-        return self._recent.max_weight
-
-    @max_tokens.setter
-    def max_tokens(self, value: int) -> None:
-        self._recent.max_weight = value
 
     def observe(self, ref: AgentRef, tokens: Sequence[int], explicit: int | None = None) -> int:
         """Record one request of ``ref`` and return its fixed-prefix length in tokens.

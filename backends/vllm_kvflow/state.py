@@ -18,7 +18,7 @@ import os
 from collections import Counter
 from typing import Any, Hashable, Iterable, Mapping
 
-from backends.kvcache.bounded import BoundedLRU
+from backends.kvcache.bounded import Bound, BoundedLRU
 from backends.kvcache.config import CacheConfig
 from backends.kvcache.hints import AgentRef, HintTable
 from backends.kvcache.intake import INTAKE_COUNTERS, AgentRequest, RequestIntake
@@ -77,6 +77,8 @@ class KVFlowState:
     """Hints, tags and counters of one scheduler. Not thread-safe: the engine-core loop is its
     only writer (requests, steps updates and stats calls all arrive on that loop)."""
 
+    max_tagged_blocks = Bound("tags", "max_entries")
+
     def __init__(self, config: CacheConfig, block_size: int, *, max_tagged_blocks: int | None = None) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be > 0, got {block_size}")
@@ -96,10 +98,6 @@ class KVFlowState:
     @property
     def hints(self) -> HintTable:
         return self.intake.hints
-
-    @property
-    def max_tagged_blocks(self) -> int:
-        return self.tags.max_entries
 
     # ---- hints ---------------------------------------------------------------------------
     def on_request(self, params: Mapping[str, Any] | None, prompt_ids: list[int],
