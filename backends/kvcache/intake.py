@@ -11,24 +11,25 @@ is there, then reports the record with :meth:`RequestIntake.remember` (the agent
 in the hosts: how a hint is read off a request, how text boundaries become tokens, how tags live on
 their tree, and a clock (SGLang's message stamps).
 
-The fixed boundary, one rule for every host: **the declared boundary when the request declares one
-(the hint's ``fixed_prefix`` converted to tokens by the host); without one, the longest prefix the
-prompt shares with the agent's previous request** (:class:`~.segment.Segmenter`; 0 on an agent's
-first request). Chosen over "the longer of the declared boundary and the shared prefix", which the
-vLLM plugin used to tag a MetaGPT Engineer's repeated design text (2,688 -> 2,816 hit tokens of
-stock vLLM's 3,072):
+The fixed boundary, one rule for every host: **the longer of the declared boundary (the hint's
+``fixed_prefix``, converted to tokens by the host) and the prefix the prompt shares with the
+agent's previous request** (:class:`~.segment.Segmenter`); without a declaration, the shared prefix
+alone (0 on an agent's first request). The declaration is a floor, not the whole of what recurs:
 
-* a fixed prefix is what the agent re-sends on *every* call; the shared part beyond a declaration
-  is what two calls happened to share (a conversation that grows, a document re-sent in a loop).
-  Tagged as fixed, it takes the agent's steps-to-execution and counts against its namespace's cap
-  (half the device pool by default): on the embedded engine's MetaGPT demo the Engineer's second
-  call shares 782 tokens with its first, more than the 768-token cap of its 1,536-token pool, so
-  the longer rule unprotects the whole namespace from that call on, and no prefix is prefetched;
-* what recurs beyond the fixed prompt of a pausing agent is the job of continuations (issue 24):
-  kept until a deadline learned per tool, then evictable like any dynamic suffix. Tagging it as
-  fixed would protect it with no deadline;
-* where no boundary is declared (plain traffic, issue 23) the shared prefix is the best evidence
-  there is, and both rules agree.
+* what two calls of an agent share beyond its fixed prompt is evidence that the next call reuses it
+  too (MetaGPT's Engineer is re-sent the same design and plan every fix round; a chat template
+  repeats its role header). Left untagged it is evicted before every tagged node, where LRU would
+  have kept it: on vLLM (no host tier) kvflow then hit less than stock LRU on MetaGPT, and tagging
+  it moved kvflow from 2,688 to 2,816 hit tokens (stock: 3,072). On the embedded engine's
+  ``kvflow demo`` (SmolLM2, 1,536-token device pool) this rule prefetches 1,464 tokens where the
+  declared boundary alone prefetched 1,412, and stalls on 189 host-hit tokens instead of 241, with
+  the same 4,250 recomputed and the same hits on device;
+* the extension follows the agent's last two calls: when they stop sharing, the boundary falls back
+  to the declaration (hosts that untag, as the brain does, untag the old tail). It counts against
+  the namespace cap like any fixed prefix, so a long shared part can cost an agent its protection,
+  never more than the cap;
+* without a declaration (plain traffic, issue 23) both readings agree: the shared prefix is all the
+  evidence there is.
 
 Where the next features go (one place for every host):
 
@@ -39,7 +40,9 @@ Where the next features go (one place for every host):
   (``unhinted_requests`` already counts what it would see);
 * tool-call continuations (issue 24): :class:`IntakeDecision` grows a retention deadline for the
   host to protect the conversation until, and a verb for the end of a request (its reply ends in
-  tool calls) records the conversation to keep, next to :meth:`remember`.
+  tool calls) records the conversation to keep, next to :meth:`remember`. A continuation covers the
+  pause before the agent's next call; once that call arrives, what it shares with the paused one
+  is fixed by the rule above until the agent's calls stop sharing it.
 """
 
 from __future__ import annotations
@@ -124,10 +127,10 @@ class RequestIntake(Generic[P]):
         return IntakeDecision(ref, self.fixed_boundary(ref, request.prompt, declared))
 
     def fixed_boundary(self, ref: AgentRef, prompt: Sequence[int], declared: int | None) -> int:
-        """The rule: ``declared`` (clamped to the prompt) when given, else the prefix ``prompt``
+        """The rule: the longer of ``declared`` (clamped to the prompt) and the prefix ``prompt``
         shares with ``ref``'s previous request. Records ``prompt`` in ``ref``'s history."""
         shared = self.segmenter.observe(ref, prompt)
-        return shared if declared is None else min(declared, len(prompt))
+        return shared if declared is None else max(min(declared, len(prompt)), shared)
 
     def apply_hint(self, hint: KVFlowHint) -> None:
         """A hint without a request to decide a boundary for (replays, tests)."""

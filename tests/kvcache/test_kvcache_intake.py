@@ -29,12 +29,12 @@ def test_a_hinted_request_applies_its_hint_and_gets_its_declared_boundary():
     assert it.counters["hinted_requests"] == 2
 
 
-def test_the_declared_boundary_is_not_stretched_by_what_two_calls_share():
-    # an Engineer in a fix loop re-sends the same design after its fixed prompt: the rule keeps
-    # the declared boundary (the shared design would take its steps and its namespace's cap)
+def test_the_declared_boundary_is_a_floor_what_two_calls_share_extends_it():
+    # an Engineer in a fix loop re-sends the same design after its fixed prompt
     it = intake()
-    for tail in ([3] * 4, [4] * 6):
-        assert it.accept(AgentRequest(SYSTEM + DESIGN + tail, hint("eng"), 8)).fixed_tokens == 8
+    assert it.accept(AgentRequest(SYSTEM + DESIGN + [3] * 4, hint("eng"), 8)).fixed_tokens == 8  # first call
+    assert it.accept(AgentRequest(SYSTEM + DESIGN + [4] * 6, hint("eng"), 8)).fixed_tokens == 16  # + the design
+    assert it.accept(AgentRequest(SYSTEM + [9] * 12, hint("eng"), 8)).fixed_tokens == 8  # shares less: the floor
 
 
 def test_without_a_declared_boundary_the_prefix_shared_with_the_previous_request_is_fixed():
@@ -92,9 +92,17 @@ def test_the_cache_tags_what_its_intake_decided(make_cache):
     from kvcache_helpers import put
 
     cache = make_cache(device_tokens=64)
-    decision = cache.accept(AgentRequest(SYSTEM + DESIGN, hint("eng"), 8))
-    put(cache, SYSTEM + DESIGN, agent=decision.agent, fixed=decision.fixed_tokens)
-    assert cache.fixed_prefix(("ns", "eng")) == tuple(SYSTEM)
+    for tail in ([3], [4]):
+        decision = cache.accept(AgentRequest(SYSTEM + DESIGN + tail, hint("eng"), 8))
+        put(cache, SYSTEM + DESIGN + tail, agent=decision.agent, fixed=decision.fixed_tokens)
+        if tail == [3]:
+            assert cache.fixed_prefix(("ns", "eng")) == tuple(SYSTEM)
+            assert cache.match_prefix(SYSTEM + DESIGN).last_node.tags is None
+    assert cache.fixed_prefix(("ns", "eng")) == tuple(SYSTEM + DESIGN)  # the second call shared the design
+    assert cache.match_prefix(SYSTEM + DESIGN).last_node.tags == {("ns", "eng")}
+    assert cache.match_prefix(SYSTEM + DESIGN + [4]).last_node.tags is None
+    decision = cache.accept(AgentRequest(SYSTEM + [9], hint("eng"), 8))
+    put(cache, SYSTEM + [9], agent=decision.agent, fixed=decision.fixed_tokens)
+    assert ("ns", "eng") not in (cache.match_prefix(SYSTEM + DESIGN).last_node.tags or ())  # the tail untagged
     assert cache.match_prefix(SYSTEM).last_node.tags == {("ns", "eng")}
-    assert cache.match_prefix(SYSTEM + DESIGN).last_node.tags is None
-    assert cache.intake.counters["tagged_requests"] == 1
+    assert cache.intake.counters["tagged_requests"] == 3

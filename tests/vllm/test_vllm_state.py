@@ -54,18 +54,21 @@ def test_without_an_explicit_boundary_the_segmenter_finds_the_shared_prefix() ->
     assert set(state.tags) == {"q-0", "q-1"}  # 9 shared tokens -> 2 full blocks
 
 
-def test_the_declared_boundary_is_the_brains_one_rule_here_too() -> None:
+def test_what_an_agent_repeats_beyond_its_declared_prefix_is_tagged_from_its_second_request() -> None:
     # an Engineer in a fix loop: fixed prompt (8 tokens declared), then the same design (8 tokens)
-    # every round, then what changes: the intake's rule tags the declared prefix, not what two
-    # calls happen to share beyond it (backends/kvcache/intake.py says why)
+    # every round, then what changes (the brain's intake rule: the declaration is a floor)
     state = _state()
     system, design = [1] * 8, [2] * 8
-    for tail in ([3] * 4, [4] * 6):
-        state.on_request(_params("eng", {"eng": 0}, prefix_tokens=8), system + design + tail, _hashes("e", 5))
-        assert set(state.tags) == {"e-0", "e-1"}
-    assert state.hints.fixed_tokens(("default", "eng")) == 8
-    assert state.intake.prefixes.get(("default", "eng")) == ("e-0", "e-1")  # the registry's record
-    assert state.counters["hinted_requests"] == state.counters["tagged_requests"] == 2
+    state.on_request(_params("eng", {"eng": 0}, prefix_tokens=8), system + design + [3] * 4, _hashes("e", 5))
+    assert set(state.tags) == {"e-0", "e-1"}  # first request: the declared prefix only
+    state.on_request(_params("eng", {"eng": 0}, prefix_tokens=8), system + design + [4] * 6, _hashes("e", 5))
+    assert set(state.tags) == {f"e-{i}" for i in range(4)}  # + the 2 blocks of the repeated design
+    assert state.hints.fixed_tokens(("default", "eng")) == 16
+    assert state.intake.prefixes.get(("default", "eng")) == ("e-0", "e-1", "e-2", "e-3")  # the registry's record
+    # a request sharing less than the declared prefix still tags the declared prefix
+    state.on_request(_params("eng", {"eng": 0}, prefix_tokens=8), system + [9] * 12, _hashes("f", 5))
+    assert {"f-0", "f-1"} <= set(state.tags) and "f-2" not in state.tags
+    assert state.counters["hinted_requests"] == state.counters["tagged_requests"] == 3
 
 
 def test_unhinted_requests_are_counted_and_tag_nothing() -> None:
