@@ -2,8 +2,10 @@
 
 Pure Python (no torch, no device): it manages slot *indices*; the engine owns the tensors and
 performs the copies that results report (:class:`Demotion`, :class:`LoadTask`,
-:class:`OffloadTask`). The hint table and :func:`kvflow_key` stand on their own for the SGLang
-plugin.
+:class:`OffloadTask`). What every host needs stands on its own for the plugins, which keep their
+own trees: the request intake (:class:`RequestIntake`: hint table, fixed-boundary rule, agent
+registry, counters), :func:`kvflow_key`, the prefetch budget (:mod:`.budget`) and
+:meth:`CacheConfig.from_options`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,19 @@
 """KVCache: the cache brain every backend drives (embedded engine, simulator).
 
 The brain decides and assigns slot indices; the engine owns the tensors, performs the copies the
-results ask for, and calls back. Request life cycle, in the engine's words::
+results ask for, and calls back. A request's life, in the engine's words (the simulator's too)::
 
-    m = cache.match_prefix(tokens)           # query; is_ready(m) is False while a prefetch loads
-    adm = cache.admit(tokens)                # counts hits, locks the path, plans the load of
-                                             # the host part; do adm.evicted.demoted copies, then
-                                             # adm.load copies, then complete_load(adm.load);
-                                             # adm.prefix_slots now hold the cached prefix
-    a = cache.alloc_device(n_new)            # slots for the tokens to compute (+ demotions)
-    res = cache.insert(tokens, slots, agent=(ns, name), fixed_prefix_tokens=k)
-    ...
-    cache.unlock(adm.handle); cache.free_device(unused_slots)
+    d = cache.accept(AgentRequest(prompt, hint, k))  # arrival: hint applied, fixed boundary decided
+    r = cache.reserve(prompt, max_new_tokens)     # admission (.lifecycle): Refused, or room made,
+                                                  # hits counted, path locked, slots allocated; do
+                                                  # r.evicted.demoted copies, then r.load copies,
+                                                  # then complete_load(r.load)
+    ...                                           # compute into r.slots(...)
+    res = cache.release(r, computed_tokens, d)    # insert (tagged per d), free the rest, unlock
+
+``reserve``/``release`` are made of the narrower verbs, which stay public: ``match_prefix``,
+``admit`` (counts hits, locks, plans the host part's load), ``alloc_device``, ``insert``,
+``free_device``, ``lock``/``unlock``.
 
 Invariants: each device/host slot is free, owned by exactly one node, or (device only) held by the
 caller between ``alloc_device`` and ``insert``/``free_device``; a locked node is never evicted; a
@@ -31,15 +33,15 @@ class holds the mechanics:
   ``complete_load`` (now device+host) or ``fail_load`` (back to host-only). Write-through offloads
   (device -> host): OFFLOADING until ``complete_offload`` or ``fail_offload`` (device-only again).
   Completing or failing a task twice raises :class:`UnknownTaskError`.
-* **Agent tags.** An agent's fixed prefix (explicit, or inferred by :class:`~.segment.Segmenter`)
-  is tagged on every node from the root to its end, splitting the node at the boundary so the
-  dynamic suffix stays untagged; a moved boundary untags the old path. The table of fixed prefixes
-  is bounded in agents and tokens; an agent forgotten there loses its tags.
+* **Agent tags.** An agent's fixed prefix (the intake's boundary, :mod:`.intake`) is tagged on
+  every node from the root to its end, splitting the node at the boundary so the dynamic suffix
+  stays untagged; a moved boundary untags the old path. The agent registry (:mod:`.prefixes`) is
+  bounded in agents and tokens; an agent forgotten there loses its tags.
 * **Prefetch.** After a hint update, every agent whose effective steps are <= the lookahead (every
   branch candidate counts, most urgent first) and whose fixed prefix is (partly) host-only gets a
-  :class:`LoadTask`, within a budget: free device slots, plus device space whose eviction removes
-  nothing as urgent as that agent (only untagged nodes and nodes with larger steps, in policy
-  order), and at most ``max_inflight_loads`` prefetch tasks in flight. A loading prefix is skipped.
+  :class:`LoadTask`, within a budget (:mod:`.budget`, SGLang's too): free device slots, plus device
+  space whose eviction removes nothing as urgent as that agent (only untagged nodes and nodes with
+  larger steps, in policy order), and at most ``max_inflight_loads`` prefetch tasks in flight. A loading prefix is skipped.
   Steps may be fractional (expected steps under learned routing, which grow as an agent becomes
   unlikely): the same rule then loads the likeliest candidates first and only into room held by
   less likely agents, so a load never displaces a likelier agent and is itself evicted before any

@@ -219,3 +219,25 @@ def test_on_submit_sees_every_request_warm_up_included():
     r = simulate(SYSTEMS["kvflow"], w, H100, QWEN, device_tokens=6000, on_submit=seen.append)
     assert len(seen) == len(w.instances[0].spec.fixed) + r.requests
     assert all(x.finish_s >= x.arrival_s for x in seen)
+
+
+def test_the_simulator_follows_the_engines_life_cycle_in_the_brain():
+    """Reserve what the engine reserves, insert what the engine inserts (the last output token's KV
+    is never computed), tag what the intake decided, give every other slot and lock back."""
+    sim = _sim(SYSTEMS["kvflow"])
+    done: list = []
+    first = _request("b", PB, (1, 2), 4, {"b": 0}, done)
+    sim.submit(first)
+    assert first.intake == ((NS, "b"), len(PB))  # decided at arrival by the brain's intake
+    sim.events.run()
+    prompt = PB + (1, 2)
+    assert sim.cache.match_prefix(prompt + first.output).cached_tokens == len(prompt) + 3
+    assert sim.cache.fixed_prefix((NS, "b")) == PB
+    assert sim.cache.device.used_count == len(prompt) + 3 and not sim.cache._held
+    again = _request("b", PB, (1, 2), 4, {"b": 0}, done)
+    sim.submit(again)
+    sim.events.run()
+    assert again.cached_tokens == len(prompt) - 1  # the last prompt token is always computed
+    assert all(node.lock_ref == 0 for node in sim.cache.tree) and len(done) == 2
+    assert sim.cache.intake.counters["hinted_requests"] == 2
+    sim.cache.check_integrity()
