@@ -1,10 +1,11 @@
 """The ``kvflow`` command line: a thin dispatcher over one module per subcommand.
 
-This package is the product's one composition root: the only code that puts the orchestrator,
-the workflows and the backends together. Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int`` (and
-``PASS_THROUGH_ARGS = True`` to receive unknown flags in ``args.extra_argv``); it is imported
-only when that subcommand runs, so ``kvflow graph`` never imports torch and ``kvflow serve`` never
-imports LangGraph. :mod:`.report` is public: the examples print with it too.
+This package is the product's composition root: with the harness (:mod:`kvflow_orch.harness`, the
+library code it calls) the only code that puts the orchestrator, the workflows and the backends
+together. Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int`` (and
+``PASS_THROUGH_ARGS = True`` to receive unknown flags in ``args.extra_argv``), parses flags and
+composes; it is imported only when that subcommand runs, so ``kvflow graph`` never imports torch
+and ``kvflow serve`` never imports LangGraph. Nothing imports these modules but to run a command.
 """
 
 from __future__ import annotations
