@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "graph": ("kvflow_orch.cli.graph", "print a workflow's Agent Step Graph (or Mermaid text)"),
     "run": ("kvflow_orch.cli.run", "run a workflow MODULE:ATTR against a backend"),
     "demo": ("kvflow_orch.cli.demo", "run the MetaGPT-style workflow on the embedded engine"),
-    "serve": ("kvflow_orch.cli.serve", "start a kvflow server (embedded engine or SGLang)"),
+    "serve": ("kvflow_orch.cli.serve", "start a kvflow server (embedded engine, SGLang or vLLM)"),
     "cluster": ("kvflow_orch.cli.cluster", "start N local workers behind SGLang's model gateway (smg)"),
     "export-model": ("kvflow_orch.cli.export_model", "write a built-in model as a Hugging Face directory"),
     "bench": ("kvflow_orch.cli.bench", "simulate or replay workflows on a hardware profile"),
