@@ -33,6 +33,7 @@ from ..protocol import INFO_ROUTE, KVFlowHint, Sampling, StepsUpdate
 from .base import BackendError, LLMReply, Messages
 from .http import HttpClient, HttpConfig, error_text, json_object, parse_completion
 from .probe import InfoAnswer, read_worker_infos
+from .registry import register_backend
 from .steps_router import StepsRouter, StepsTarget
 
 __all__ = ["GatewayConfig", "GatewayClient", "ROUTING_HEADER", "WORKER_HEADER", "Routing", "routing_key",
@@ -147,3 +148,20 @@ class GatewayClient(HttpClient):
             await super().aclose()
         finally:
             await self.router.aclose()
+
+
+def _open(backend: str | tuple) -> GatewayClient:
+    if isinstance(backend, str):
+        return GatewayClient(backend.removeprefix("smg+"))  # the workers come from GET /workers
+    gateway, workers = backend
+    if isinstance(workers, str) or not all(isinstance(w, str) for w in workers):
+        raise ValueError("backend (GATEWAY_URL, WORKER_URLS): WORKER_URLS must be a list of URLs")
+    return GatewayClient(gateway, workers)
+
+
+def _is_gateway_pair(backend: object) -> bool:
+    return isinstance(backend, tuple) and len(backend) == 2 and isinstance(backend[0], str)
+
+
+register_backend("smg+http", _open, accepts=_is_gateway_pair)
+register_backend("smg+https", _open)

@@ -28,6 +28,7 @@ from ..protocol import CUSTOM_PARAMS, INFO_ROUTE, STEPS_ROUTE, KVFlowHint, Sampl
 from .base import BackendError, LLMClient, LLMReply, Messages
 from .outbox import Outbox
 from .probe import InfoAnswer, PlainServerWarning, ServerProbe, read_info
+from .registry import register_backend
 
 __all__ = ["HttpConfig", "HttpClient", "json_object", "error_text", "parse_completion"]
 
@@ -246,3 +247,7 @@ def parse_completion(response: httpx.Response, backend: str) -> LLMReply:
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         snippet = response.text[:200].replace("\n", " ")
         raise BackendError(backend, f"reply is not a chat completion ({type(exc).__name__}: {exc}); body starts {snippet!r}") from None
+
+
+register_backend("http", HttpClient)
+register_backend("https", HttpClient)
