@@ -275,8 +275,9 @@ class OutboxThread(Generic[U]):
                     sender.send(update)
                 except Exception as exc:  # a lost update only costs cache efficiency, never the workflow
                     error = exc
+                where = self._destination(update) if error is not None else ""
                 with self._cond:
-                    self.queue.settle(key, update, error, self._destination(update))
+                    self.queue.settle(key, update, error, where)
                     self._cond.notify_all()
         finally:
             sender.close()
