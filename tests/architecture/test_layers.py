@@ -100,18 +100,26 @@ def test_dsl_compiles_without_torch_or_any_backend() -> None:
 # ---- static rules ------------------------------------------------------------------------
 def imports_of(path: Path) -> set[str]:
     """Absolute names of every module ``path`` imports (relative imports resolved)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    package = list(path.relative_to(ROOT).parts[:-1])  # a module's package; an __init__'s own
+    return imports_of_tree(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), path)
+
+
+def imports_of_tree(tree: ast.AST, path: Path) -> set[str]:
     out: set[str] = set()
     for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
+            module = _absolute(node, path)
             out.add(module)
             out.update(f"{module}.{alias.name}" for alias in node.names if alias.name.startswith("_"))
     return out
+
+
+def _absolute(node: ast.ImportFrom, path: Path) -> str:
+    """The module a ``from ... import`` in ``path`` reads from (relative imports resolved)."""
+    package = list(path.relative_to(ROOT).parts[:-1])  # a module's package; an __init__'s own
+    base = package[: len(package) - node.level + 1] if node.level else []
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _runtime_nodes(tree: ast.AST):
@@ -235,4 +243,101 @@ def test_no_private_module_is_imported_across_packages() -> None:
                 owner = ".".join(parts[: private[0]])  # the package whose private module this is
                 if owner and not (importer + ".").startswith(owner + "."):
                     offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not offenders, "\n".join(offenders)
+
+
+# ---- one-way edges -----------------------------------------------------------------------
+GRAPH_LAYER = ("constants", "errors", "nodes", "builder", "asg", "tracker", "_steps", "_expected", "branch_stats",
+               "export", "hinting")
+"""The vocabulary, the DSL and the graph: what the runtime and the LangGraph adapter build on."""
+ABOVE_THE_GRAPH = ("kvflow_orch.runtime", "kvflow_orch.context", "kvflow_orch.clients", "kvflow_orch.langgraph",
+                   "kvflow_orch.cli")
+
+
+def _deprecated_shim(node: ast.AST) -> bool:
+    """A function that warns ``DeprecationWarning`` before anything else: an old name kept for its
+    callers, whose import may point back up the layers."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    calls = (n for n in ast.walk(node) if isinstance(n, ast.Call) and ast.unparse(n.func).endswith("warn"))
+    return any("DeprecationWarning" in ast.unparse(call) for call in calls)
+
+
+def _imports_outside_shims(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if _deprecated_shim(node):
+            node.body = []  # type: ignore[attr-defined]
+    return imports_of_tree(tree, path)
+
+
+@pytest.mark.parametrize("name", GRAPH_LAYER)
+def test_the_graph_layer_imports_nothing_built_on_it(name: str) -> None:
+    """The ASG is built by the DSL and by the LangGraph adapter, never the other way round (only a
+    deprecated shim such as ``AgentStepGraph.from_langgraph`` may still reach the adapter)."""
+    path = ROOT / "kvflow_orch" / f"{name}.py"
+    bad = {m for m in _imports_outside_shims(path) if m.startswith(ABOVE_THE_GRAPH)}
+    assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_only_the_local_backends_module_and_the_cli_import_a_host() -> None:
+    """The runtime finds the embedded engine through the backend registry: the dispatcher names no
+    host, and ``clients/local.py`` (which registers ``backend="local"``) is the one module outside
+    the CLI that starts one."""
+    offenders = []
+    for path in modules_under("kvflow_orch"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("kvflow_orch/cli/"):
+            continue
+        allowed = ("backends.local",) if rel == "kvflow_orch/clients/local.py" else ()
+        bad = {m for m in imports_of(path) if m.startswith(HOSTS) and not m.startswith(allowed)}
+        if bad:
+            offenders.append(f"{rel} imports {sorted(bad)}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_no_module_imports_a_private_name_of_another_even_for_annotations() -> None:
+    """``from .runtime import _Execution`` couples a module to another's internals, even under
+    ``if TYPE_CHECKING:``; private *modules* of one's own package stay importable."""
+    offenders = []
+    for folder in ("kvflow_orch", "backends", "workflows", "benchmarks", "examples"):
+        for path in modules_under(folder):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                module = _absolute(node, path)
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    submodule = (ROOT / module.replace(".", "/") / f"{alias.name}.py").exists()
+                    if private and not submodule:
+                        offenders.append(f"{path.relative_to(ROOT)} imports {module}.{alias.name}")
+    assert not offenders, "\n".join(offenders)
+
+
+OPTIONAL = ("networkx", "torch", "backends.local", "langgraph", "langchain_core", "sglang", "vllm")
+"""What may be imported inside a function: dependencies a user may not have or not want loaded
+(``backends.local`` loads torch)."""
+
+
+def test_imports_sit_at_module_top_unless_an_optional_dependency_needs_them_lazy() -> None:
+    """Outside the CLI (the composition root, which loads each sub-command's modules on demand)."""
+    offenders = []
+    for path in modules_under("kvflow_orch"):
+        if path.relative_to(ROOT).parts[1] == "cli":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or _deprecated_shim(func):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [_absolute(node, path)]
+                else:
+                    continue
+                lazy = [n for n in names if not n.startswith(OPTIONAL)]
+                if lazy:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} ({func.name}) imports {lazy} lazily")
     assert not offenders, "\n".join(offenders)
