@@ -11,9 +11,9 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
-__all__ = ["LaunchPlan", "run_plan", "serve_options"]
+__all__ = ["LaunchPlan", "ServeOptions", "run_plan", "serve_options"]
 
 
 @dataclass(frozen=True)
@@ -24,18 +24,24 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)
 
 
+class ServeOptions(NamedTuple):
+    """The engine-agnostic flags of ``kvflow serve``, which every engine's ``build_command`` takes as
+    keyword arguments of these names (and unpacks in this order)."""
+
+    policy: str = "kvflow"
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None
+    device_tokens: int | None = None
+    host_tokens: int | None = None
+    prefetch: bool = True
+
+
 def serve_options(args: Any, default_policy: str) -> dict[str, Any]:
-    """The engine-agnostic flags of ``kvflow serve`` (policy, host, port, API key, pool sizes,
-    prefetch) as keyword arguments for a launcher; attributes ``args`` lacks take their defaults."""
-    return {
-        "policy": getattr(args, "policy", default_policy),
-        "host": getattr(args, "host", "127.0.0.1"),
-        "port": getattr(args, "port", 30000),
-        "api_key": getattr(args, "api_key", None),
-        "device_tokens": getattr(args, "device_tokens", None),
-        "host_tokens": getattr(args, "host_tokens", None),
-        "prefetch": not getattr(args, "no_prefetch", False),
-    }
+    """``kvflow serve``'s parsed flags as :class:`ServeOptions` keywords for a launcher; attributes
+    ``args`` lacks take their defaults."""
+    given = {name: getattr(args, name) for name in ServeOptions._fields if name != "prefetch" and hasattr(args, name)}
+    return ServeOptions(**{"policy": default_policy, **given}, prefetch=not getattr(args, "no_prefetch", False))._asdict()
 
 
 def run_plan(make_plan: Callable[[], LaunchPlan], *, package: str, missing: str) -> int:

@@ -53,7 +53,7 @@ from backends.sim.simulate import simulate  # noqa: E402
 from backends.sim.systems import SYSTEMS  # noqa: E402
 from backends.sim.workloads import Workload, from_graph  # noqa: E402
 from backends.sim.workloads import synthetic as synthetic_workload  # noqa: E402
-from kvflow_orch.cli.calibrate import model_profile_of  # noqa: E402  (a light module: sim profiles only)
+from kvflow_orch.harness.calibrate import model_profile_of  # noqa: E402  (a light module: sim profiles only)
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate  # noqa: E402
 
 # check system -> (simulator system, engine options)

@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 from kvflow_orch import END, START, Workflow, arun
-from kvflow_orch.cli.cluster import start_cluster
+from kvflow_orch.harness.cluster import start_cluster
 from kvflow_orch.clients import GatewayClient, GatewayConfig
 from kvflow_orch.protocol import KVFlowHint, Sampling
 from workflows.metagpt_roles import ARCHITECT, ENGINEER, PRODUCT_MANAGER, PROJECT_MANAGER, QA_ENGINEER

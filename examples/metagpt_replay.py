@@ -28,8 +28,8 @@ import asyncio
 import statistics
 
 from backends.local import EngineConfig
-from kvflow_orch.cli.report import print_table
-from kvflow_orch.cli.demo import DEMO_IDEA, STAT_KEYS, run_on_engine
+from kvflow_orch.harness.console import print_table
+from kvflow_orch.harness.demo import DEMO_IDEA, STAT_KEYS, run_on_engine
 from workflows.metagpt import metagpt
 from workflows.peer import peer
 

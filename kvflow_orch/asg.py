@@ -12,6 +12,7 @@ nothing else; END may only be a target.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -20,15 +21,16 @@ from ._expected import ExpectedTables, build_tables
 from ._steps import TriggerIndex, solve_steps
 from .constants import END, RESERVED_NAMES, START
 from .errors import WorkflowError
+from .export import describe, to_mermaid, to_networkx
 from .nodes import Branch, Node
 from .protocol import MAX_AGENTS, check_name
+from .tracker import StepTracker
 
 if TYPE_CHECKING:
     import networkx as nx
 
     from .branch_stats import BranchStats
     from .builder import Workflow
-    from .tracker import StepTracker
 
 __all__ = ["AgentStepGraph", "GraphIndex"]
 
@@ -68,9 +70,10 @@ class GraphIndex:
 class AgentStepGraph:
     """A validated workflow graph with its trigger groups precomputed.
 
-    Build it with :meth:`from_workflow` / :meth:`Workflow.compile` or :meth:`from_langgraph`; the
-    keyword constructor is the low-level entry both use (every argument is validated here, and
-    every error is a :class:`WorkflowError` naming the node or edge at fault).
+    Build it with :meth:`from_workflow` / :meth:`Workflow.compile` or with the LangGraph adapter's
+    :func:`kvflow_orch.langgraph.compile_langgraph`; the keyword constructor is the low-level entry
+    both use (every argument is validated here, and every error is a :class:`WorkflowError` naming
+    the node or edge at fault).
 
     Invariants: ``nodes`` excludes START/END; every node is reachable from START (its initial
     steps are finite); LLM nodes sharing an agent identity share one system prompt. ``index`` is
@@ -129,8 +132,11 @@ class AgentStepGraph:
 
     @classmethod
     def from_langgraph(cls, graph: Any, agents: Mapping[str, str] | None = None) -> "AgentStepGraph":
-        """Compile a LangGraph ``StateGraph`` (or compiled graph); ``agents``: node -> identity."""
-        from .langgraph import compile_langgraph  # lazy: LangGraph is heavy to import
+        """Deprecated: use :func:`kvflow_orch.langgraph.compile_langgraph` (the adapter builds ASGs;
+        the ASG knows nothing of LangGraph)."""
+        warnings.warn("AgentStepGraph.from_langgraph is deprecated; use kvflow_orch.langgraph.compile_langgraph",
+                      DeprecationWarning, stacklevel=2)
+        from .langgraph import compile_langgraph  # the one edge back, kept for callers of the old name
 
         return compile_langgraph(graph, agents)
 
@@ -198,12 +204,10 @@ class AgentStepGraph:
         except KeyError:
             raise WorkflowError(f"unknown agent {agent!r}; agents: {sorted(self._systems)}") from None
 
-    def tracker(self, branch_stats: "BranchStats | None" = None) -> "StepTracker":
+    def tracker(self, branch_stats: "BranchStats | None" = None) -> StepTracker:
         """A fresh :class:`StepTracker` for one instance of this workflow. With ``branch_stats``
         its ``steps()`` are the expected steps under the learned routing probabilities (read now:
         one instance keeps the probabilities it started with); without, the static steps."""
-        from .tracker import StepTracker
-
         return StepTracker(self, branch_stats)
 
     def routing_probabilities(self, branch_stats: "BranchStats") -> dict[str, dict[str, float]]:
@@ -238,20 +242,14 @@ class AgentStepGraph:
 
     def to_networkx(self) -> "nx.DiGraph":
         """``nx.DiGraph`` with node attrs ``kind``/``agent`` and edge attrs ``kind``/``key``/``join``."""
-        from .export import to_networkx
-
         return to_networkx(self)
 
     def to_mermaid(self) -> str:
         """Mermaid ``flowchart`` text of the graph."""
-        from .export import to_mermaid
-
         return to_mermaid(self)
 
     def describe(self) -> str:
         """Text listing of nodes, edges and initial steps (what ``kvflow graph`` prints)."""
-        from .export import describe
-
         return describe(self)
 
     def __repr__(self) -> str:

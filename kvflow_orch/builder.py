@@ -20,6 +20,7 @@ from __future__ import annotations
 import typing
 from typing import Any, Callable, Hashable, Literal, Mapping, Sequence, get_args, get_origin
 
+from .asg import AgentStepGraph
 from .constants import END, START
 from .errors import WorkflowError
 from .nodes import AgentNode, Branch, CustomAgentNode, FunctionNode, Node, PromptSpec
@@ -169,10 +170,8 @@ class Workflow:
         self.branches.append(Branch(source, router, mapping))
         return self
 
-    def compile(self) -> "AgentStepGraph":  # noqa: F821 - forward reference
+    def compile(self) -> AgentStepGraph:
         """Validate the graph and return its :class:`AgentStepGraph`."""
-        from .asg import AgentStepGraph
-
         return AgentStepGraph.from_workflow(self)
 
 

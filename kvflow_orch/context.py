@@ -4,6 +4,9 @@
 with a hint carrying the steps of every agent *at the moment of the call*; ``ctx.llm_sync`` is the
 same for agents written as plain functions (the runtime runs those in a worker thread).
 ``ctx.state`` is a read-only snapshot taken when the node started; ``ctx.node`` its name.
+
+A context belongs to an :class:`AgentRun`: the run's identity, its clock, its LLM client and its
+hint for an agent now (the runtime's workflow execution is one).
 """
 
 from __future__ import annotations
@@ -14,22 +17,35 @@ import dataclasses
 import threading
 import time
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from .errors import WorkflowError
-from .protocol import Sampling
-from .protocol import CallRecord
+from .protocol import CallRecord, KVFlowHint, Sampling
 
 if TYPE_CHECKING:
-    from .runtime import _Execution
+    from .clients.base import LLMClient
 
-__all__ = ["AgentContext"]
+__all__ = ["AgentContext", "AgentRun"]
+
+
+class AgentRun(Protocol):
+    """The run an :class:`AgentContext` calls the LLM for."""
+
+    workflow_id: str
+    namespace: str
+    t0: float
+    """``time.perf_counter()`` when the run began: call offsets count from it."""
+    client: LLMClient
+
+    def hint_for(self, agent: str) -> KVFlowHint:
+        """The hint of a call by ``agent`` now (the steps of every agent at this moment)."""
+        ...
 
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sampling))
 
 
 class AgentContext:
-    def __init__(self, run: "_Execution", node: str, agent: str, system: str, sampling: Sampling, state: dict[str, Any]) -> None:
+    def __init__(self, run: AgentRun, node: str, agent: str, system: str, sampling: Sampling, state: dict[str, Any]) -> None:
         """``state``: the snapshot the runtime took for this execution; nothing else holds it."""
         self._run = run
         self.node = node

@@ -33,17 +33,17 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
+from ._state import StateStore
+from ._threads import run_in_thread
+from .asg import AgentStepGraph
 from .branch_stats import BranchStats
 from .clients import BackendError, LLMClient, open_client
 from .constants import END, START
 from .context import AgentContext
 from .errors import WorkflowError
-from .nodes import AgentNode, CustomAgentNode, FunctionNode, render_prompt
 from .hinting import WorkflowHints
-from .protocol import DEFAULT_NAMESPACE, KVFlowHint, check_name
-from .protocol import CallRecord, NodeRecord
-from ._state import StateStore
-from ._threads import run_in_thread
+from .nodes import AgentNode, CustomAgentNode, FunctionNode, render_prompt
+from .protocol import DEFAULT_NAMESPACE, CallRecord, KVFlowHint, NodeRecord, check_name
 
 __all__ = ["RunResult", "NodeEvent", "run", "arun", "run_many", "arun_many"]
 
@@ -67,9 +67,7 @@ class NodeEvent(NamedTuple):
     record: NodeRecord | None
 
 
-def _compile(workflow: Any) -> Any:
-    from .asg import AgentStepGraph
-
+def _compile(workflow: Any) -> AgentStepGraph:
     if isinstance(workflow, AgentStepGraph):
         return workflow
     if hasattr(workflow, "compile") and hasattr(workflow, "add_agent"):
@@ -78,9 +76,9 @@ def _compile(workflow: Any) -> Any:
 
 
 class _Execution:
-    """One workflow instance in flight."""
+    """One workflow instance in flight (the :class:`~kvflow_orch.context.AgentRun` of its contexts)."""
 
-    def __init__(self, asg: Any, client: LLMClient, workflow_id: str, namespace: str, max_steps: int, on_event,
+    def __init__(self, asg: AgentStepGraph, client: LLMClient, workflow_id: str, namespace: str, max_steps: int, on_event,
                  branch_stats: BranchStats | None = None) -> None:
         self.asg = asg
         self.branch_stats = branch_stats

@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
-from backends.launch import LaunchPlan, run_plan, serve_options
+from backends.launch import LaunchPlan, ServeOptions, run_plan, serve_options
 from . import DISABLE_ENV, POLICY_NAME, TREE_CORE_ENV
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "parse_args", "main", "TREE_CORES"]
@@ -30,22 +30,12 @@ BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
 TREE_CORES = ("python", "rust")
 
 
-def build_command(
-    model: str,
-    extra_argv: Sequence[str] = (),
-    *,
-    policy: str = POLICY_NAME,
-    host: str = "127.0.0.1",
-    port: int = 30000,
-    api_key: str | None = None,
-    device_tokens: int | None = None,
-    host_tokens: int | None = None,
-    prefetch: bool = True,
-    tree_core: str | None = None,
-    python: str = sys.executable,
-) -> LaunchPlan:
-    """Build the ``python -m sglang.launch_server`` command. Raises ValueError on a combination
-    SGLang cannot express (or refuses at start-up)."""
+def build_command(model: str, extra_argv: Sequence[str] = (), *, tree_core: str | None = None,
+                  python: str = sys.executable, **options: Any) -> LaunchPlan:
+    """Build the ``python -m sglang.launch_server`` command; ``options`` are
+    :class:`~backends.launch.ServeOptions` fields. Raises ValueError on a combination SGLang cannot
+    express (or refuses at start-up)."""
+    policy, host, port, api_key, device_tokens, host_tokens, prefetch = ServeOptions(**options)
     if policy not in (POLICY_NAME, "lru"):
         raise ValueError(f"policy must be 'kvflow' or 'lru', got {policy!r}")
     if tree_core is not None and tree_core not in TREE_CORES:

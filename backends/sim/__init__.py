@@ -2,9 +2,10 @@
 
 Time comes from a roofline model of a hardware profile (:mod:`.cost`); every cache decision
 (matching, eviction, prefetch, readiness) comes from :mod:`backends.kvcache`, the same code the
-embedded engine runs. Entry points: :func:`simulate` (one system on one workload),
-:func:`run_scenario` (every system). The simulator builds no workflows: graph workloads take compiled
-Agent Step Graphs from the caller (the ``kvflow bench`` command builds them).
+embedded engine runs. Entry point: :func:`simulate` (one system on one workload). The simulator
+builds no workflows and judges no results: graph workloads take compiled Agent Step Graphs from the
+caller, and sweeps over every system, their reports and the paper's targets are the harness's
+(:mod:`kvflow_orch.harness`, behind ``kvflow bench``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from .events import EventQueue
 from .profiles import HardwareProfile, ModelProfile, ProfileError, device_kv_tokens, load_hardware, load_model
 from .replay import load_trace
 from .simulate import SimResult, simulate
-from .sweep import Scenario, ScenarioResult, run_scenario, with_link
 from .systems import SYSTEM_NAMES, SYSTEMS, System, get_system
 from .workloads import Workload, from_graph, synthetic
 
@@ -24,5 +24,5 @@ __all__ = [
     "HardwareProfile", "ModelProfile", "ProfileError", "device_kv_tokens", "load_hardware", "load_model",
     "System", "SYSTEMS", "SYSTEM_NAMES", "get_system",
     "Workload", "synthetic", "from_graph", "load_trace",
-    "SimResult", "simulate", "Scenario", "ScenarioResult", "run_scenario", "with_link",
+    "SimResult", "simulate",
 ]

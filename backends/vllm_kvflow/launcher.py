@@ -26,9 +26,9 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
-from backends.launch import LaunchPlan, run_plan, serve_options
+from backends.launch import LaunchPlan, ServeOptions, run_plan, serve_options
 from . import CONFIG_ENV, PLUGIN_NAME, POLICY_NAME, SCHEDULER_CLS
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "main", "block_size_of", "kv_bytes_per_token",
@@ -86,20 +86,11 @@ def _model_max_len(model_dir: str) -> int | None:
         return None
 
 
-def build_command(
-    model: str,
-    extra_argv: Sequence[str] = (),
-    *,
-    policy: str = POLICY_NAME,
-    host: str = "127.0.0.1",
-    port: int = 30000,
-    api_key: str | None = None,
-    device_tokens: int | None = None,
-    host_tokens: int | None = None,
-    prefetch: bool = True,
-    python: str = sys.executable,
-) -> LaunchPlan:
-    """Build the ``vllm serve`` command. Raises ValueError on a combination vLLM cannot express."""
+def build_command(model: str, extra_argv: Sequence[str] = (), *, python: str = sys.executable,
+                  **options: Any) -> LaunchPlan:
+    """Build the ``vllm serve`` command; ``options`` are :class:`~backends.launch.ServeOptions`
+    fields. Raises ValueError on a combination vLLM cannot express."""
+    policy, host, port, api_key, device_tokens, host_tokens, prefetch = ServeOptions(**options)
     if policy not in (POLICY_NAME, "lru"):
         raise ValueError(f"policy must be 'kvflow' or 'lru' with --engine vllm, got {policy!r}")
     if model in BUILTIN_NAMES:

@@ -1,10 +1,11 @@
 """The ``kvflow`` command line: a thin dispatcher over one module per subcommand.
 
-This package is the product's one composition root: the only code that puts the orchestrator,
-the workflows and the backends together. Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int`` (and
-``PASS_THROUGH_ARGS = True`` to receive unknown flags in ``args.extra_argv``); it is imported
-only when that subcommand runs, so ``kvflow graph`` never imports torch and ``kvflow serve`` never
-imports LangGraph. :mod:`.report` is public: the examples print with it too.
+This package is the product's composition root: with the harness (:mod:`kvflow_orch.harness`, the
+library code it calls) the only code that puts the orchestrator, the workflows and the backends
+together. Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int`` (and
+``PASS_THROUGH_ARGS = True`` to receive unknown flags in ``args.extra_argv``), parses flags and
+composes; it is imported only when that subcommand runs, so ``kvflow graph`` never imports torch
+and ``kvflow serve`` never imports LangGraph. Nothing imports these modules but to run a command.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "graph": ("kvflow_orch.cli.graph", "print a workflow's Agent Step Graph (or Mermaid text)"),
     "run": ("kvflow_orch.cli.run", "run a workflow MODULE:ATTR against a backend"),
     "demo": ("kvflow_orch.cli.demo", "run the MetaGPT-style workflow on the embedded engine"),
-    "serve": ("kvflow_orch.cli.serve", "start a kvflow server (embedded engine or SGLang)"),
+    "serve": ("kvflow_orch.cli.serve", "start a kvflow server (embedded engine, SGLang or vLLM)"),
     "cluster": ("kvflow_orch.cli.cluster", "start N local workers behind SGLang's model gateway (smg)"),
     "export-model": ("kvflow_orch.cli.export_model", "write a built-in model as a Hugging Face directory"),
     "bench": ("kvflow_orch.cli.bench", "simulate or replay workflows on a hardware profile"),

@@ -95,10 +95,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _scenarios(args: argparse.Namespace):
-    from backends.sim.sweep import Scenario
-
-    from .scenarios import (ROUTED_WORKLOADS, graph_workload, routed_device_tokens, routed_scenarios,
-                            routed_workload, standard_scenarios, synthetic, with_stats)
+    from ..harness.scenarios import (ROUTED_WORKLOADS, graph_workload, routed_device_tokens, routed_scenarios,
+                                     routed_workload, standard_scenarios, synthetic, with_stats)
+    from ..harness.sweep import Scenario
 
     if args.bench_command == "replay":
         from backends.sim.replay import load_trace
@@ -144,9 +143,9 @@ def _scenarios(args: argparse.Namespace):
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from backends.sim.report import format_table, plot, rows, write_json
-    from backends.sim.sweep import run_scenarios
-    from backends.sim.targets import check_targets, learned_bounds
+    from ..harness.report import format_table, plot, rows, write_json
+    from ..harness.sweep import run_scenarios
+    from ..harness.targets import check_targets, learned_bounds
 
     name, scenarios = _scenarios(args)
     if args.systems is None:  # the routed table's bounds include the perfect-prediction oracle

@@ -9,33 +9,24 @@ For development and tests on one machine: every process binds 127.0.0.1. Serve f
 production each worker is ``kvflow serve`` (or ``--engine sglang``) on its own GPU and ``smg launch``
 runs in front. smg is an optional extra: ``pip install 'kvflow[smg]'``.
 
-The gateway checks worker health every second and retries a failed request on another worker, so
-a worker lost mid-run costs a few seconds, not a workflow (clients retry too).
+The workers and the gateway are started and stopped by :mod:`kvflow_orch.harness.cluster`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any
 
-import httpx
-
+from ..harness.cluster import GATEWAY_POLICIES, find_smg, start_cluster
 from . import serve
 from .startup import port_number, positive_int
 
-__all__ = ["add_arguments", "main", "Cluster", "start_cluster", "find_smg", "free_port", "GATEWAY_POLICIES"]
+__all__ = ["add_arguments", "main"]
 
 PASS_THROUGH_ARGS = True
-GATEWAY_POLICIES = ("manual", "round_robin", "cache_aware", "power_of_two", "random", "least_load")
-HOST = "127.0.0.1"
 _OWN_FLAGS = ("--port", "--host", "--model", "--engine")
 
 
@@ -49,86 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="smg's routing policy (default: manual, sticky by the x-smg-routing-key header)")
     parser.add_argument("--startup-timeout", type=positive_int, default=300, metavar="S",
                         help="seconds to wait for the workers and the gateway (default: 300)")
-
-
-class Cluster(NamedTuple):
-    gateway: str
-    workers: list[str]
-    processes: list[subprocess.Popen[bytes]]
-    """The workers' processes in order, then the gateway's."""
-
-
-def find_smg() -> str | None:
-    """The ``smg`` executable: next to this Python first (a venv), else on PATH."""
-    local = os.path.join(os.path.dirname(sys.executable), "smg")
-    return local if os.access(local, os.X_OK) else shutil.which("smg")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_until(check: Callable[[], bool], proc: subprocess.Popen[bytes], what: str, deadline: float) -> None:
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {proc.returncode} while starting")
-        with contextlib.suppress(httpx.HTTPError):
-            if check():
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not become ready in time")
-        time.sleep(0.2)
-
-
-def _healthy_workers(gateway: str) -> int:
-    data = httpx.get(gateway + "/workers", timeout=2).json()
-    return sum(1 for w in data.get("workers", []) if w.get("is_healthy"))
-
-
-@contextlib.contextmanager
-def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_port: int | None = None,
-                  gateway_policy: str = "manual", startup_timeout_s: float = 300.0,
-                  log: Any = subprocess.DEVNULL) -> Iterator[Cluster]:
-    """Start the workers and the gateway, wait until the gateway lists every worker healthy, yield,
-    then stop them all (SIGTERM, then SIGKILL after 10 s). ``log``: where the children's output goes
-    (a file object or descriptor, as ``subprocess`` takes it)."""
-    smg = find_smg()
-    if smg is None:
-        raise FileNotFoundError("smg is not installed: pip install 'kvflow[smg]' (SGLang's model gateway)")
-    procs: list[subprocess.Popen[bytes]] = []
-    deadline = time.monotonic() + startup_timeout_s
-    try:
-        urls = []
-        for _ in range(workers):
-            port = free_port()
-            cmd = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", model, "--host", HOST,
-                   "--port", str(port), *serve_flags]
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
-            urls.append(f"http://{HOST}:{port}")
-        for i, (url, proc) in enumerate(zip(urls, procs)):
-            _wait_until(lambda: httpx.get(url + "/health", timeout=2).status_code == 200, proc, f"worker {i} ({url})",
-                        deadline)
-        port = gateway_port or free_port()
-        gateway = f"http://{HOST}:{port}"
-        cmd = [smg, "launch", "--host", HOST, "--port", str(port), "--worker-urls", *urls,
-               "--policy", gateway_policy, "--prometheus-host", HOST, "--prometheus-port", str(free_port()),
-               "--health-check-interval-secs", "1", "--health-failure-threshold", "1",
-               "--retry-initial-backoff-ms", "100", "--retry-max-backoff-ms", "2000", "--log-level", "warn"]
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
-        _wait_until(lambda: _healthy_workers(gateway) == workers, procs[-1], f"the gateway ({gateway})", deadline)
-        yield Cluster(gateway, urls, procs)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def _serve_flags(args: argparse.Namespace) -> list[str]:

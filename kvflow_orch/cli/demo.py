@@ -17,51 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
-from typing import Any, Callable, NamedTuple
 
 from backends.kvcache import policy_names
 
+from ..harness.demo import BASELINE, DEMO_IDEA, EngineRun, compare_rows, run_on_engine
 from .startup import STARTUP_ERRORS
 
-__all__ = ["add_arguments", "main", "EngineRun", "run_on_engine", "DEMO_IDEA"]
-
-DEMO_IDEA = "a command-line todo list that stores tasks in a local JSON file, with due dates and tags"
-
-STAT_KEYS = (
-    "device_hit_tokens",
-    "host_hit_tokens",
-    "prefetch_hit_tokens",
-    "recomputed_tokens",
-    "prefetched_tokens",
-    "evicted_device_tokens",
-)
-
-
-class EngineRun(NamedTuple):
-    result: Any
-    """The :class:`~kvflow_orch.runtime.RunResult`."""
-    stats: dict[str, Any]
-    """``engine.stats()`` after the run."""
-    seconds: float
-    """Wall time of the workflow alone (engine start-up excluded)."""
-
-
-async def run_on_engine(workflow: Any, inputs: dict[str, Any], config: Any, *, on_event: Callable | None = None) -> EngineRun:
-    """Start an embedded engine from ``config``, run ``workflow`` on it once, stop the engine."""
-    from backends.local import Engine
-
-    from ..runtime import arun
-
-    engine = Engine(config)
-    await engine.start()
-    try:
-        started = time.perf_counter()
-        result = await arun(workflow, inputs, backend=engine, on_event=on_event)
-        seconds = time.perf_counter() - started
-        return EngineRun(result, dict(engine.stats()), seconds)
-    finally:
-        await engine.shutdown()
+__all__ = ["add_arguments", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,27 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plain", action="store_true", help="plain text output even on a terminal")
 
 
-BASELINE = ("lru", False)
-"""The baseline's policy and prefetch: what a stock radix cache with a host tier does."""
-
-
-def compare_rows(runs: dict[str, EngineRun]) -> list[list[str]]:
-    """The side-by-side table's rows (one column per run): tokens, cache counters, wall time."""
-    def row(label: str, value: Callable[[EngineRun], Any]) -> list[str]:
-        return [label, *(str(value(run)) for run in runs.values())]
-
-    rows = [row("prompt tokens", lambda r: r.stats.get("device_hit_tokens", 0) + r.stats.get("host_hit_tokens", 0)
-                + r.stats.get("prefetch_hit_tokens", 0) + r.stats.get("recomputed_tokens", 0))]
-    rows += [row(key, lambda r, key=key: r.stats.get(key, "n/a")) for key in STAT_KEYS]
-    rows.append(row("wall time (s)", lambda r: f"{r.seconds:.1f}"))
-    return rows
-
-
 def main(args: argparse.Namespace) -> int:
     from backends.local import EngineConfig
     from workflows.metagpt import metagpt
 
-    from .report import AGENT_COLUMNS, ProgressPrinter, agent_rows, print_table, summarize_agents
+    from ..harness.console import AGENT_COLUMNS, ProgressPrinter, agent_rows, print_table, summarize_agents
 
     chosen = (args.policy, not args.no_prefetch)
     plans = ([("baseline", BASELINE)] if not args.no_baseline else []) + [("kvflow", chosen)]

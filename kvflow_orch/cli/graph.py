@@ -121,7 +121,8 @@ def _as_graph(obj: Any) -> AgentStepGraph | None:
         return obj.compile()
     if type(obj).__module__.startswith("langgraph."):
         try:
-            return AgentStepGraph.from_langgraph(obj)
+            from ..langgraph import compile_langgraph  # langgraph is optional for the CLI
         except ImportError as exc:
             raise GraphSpecError(f"LangGraph graphs need kvflow_orch.langgraph: {exc}") from None
+        return compile_langgraph(obj)
     return None

@@ -68,7 +68,7 @@ def _check_runnable(asg: Any, target: str) -> None:
 def main(args: argparse.Namespace) -> int:
     from ..runtime import run
     from ..protocol import write_calls
-    from .report import ProgressPrinter
+    from ..harness.console import ProgressPrinter
     from .startup import STARTUP_ERRORS
 
     try:

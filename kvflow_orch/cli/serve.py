@@ -7,20 +7,19 @@
 The server binds 127.0.0.1 unless ``--host`` says otherwise. With ``--engine sglang`` (``vllm``) every
 flag this command does not know is handed to SGLang (vLLM) untouched, through
 ``backends.sglang_kvflow.launcher`` (``backends.vllm_kvflow.launcher``); with the embedded engine an
-unknown flag is an error.
+unknown flag is an error. The engines come from a registry (:mod:`.engines`).
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
-from typing import Any
 
 from backends.kvcache import policy_names
 
-from .startup import STARTUP_ERRORS, bind_port, min_device_tokens, non_negative_int, port_number, positive_int
+from .engines import engine_names, get_engine
+from .startup import non_negative_int, port_number, positive_int
 
 __all__ = ["add_arguments", "main", "BUILTIN_MODELS"]
 
@@ -57,107 +56,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="require 'Authorization: Bearer K' on every route but /health")
     parser.add_argument("--debug-routes", action="store_true",
                         help="mount /kvflow/v1/debug/* (cache integrity check, hint-table size); off by default")
-    parser.add_argument("--engine", choices=("local", "sglang", "vllm"), default="local",
-                        help="local: the embedded torch engine; sglang: SGLang with the kvflow plugin; "
-                             "vllm: vLLM with the kvflow scheduler and routes")
+    parser.add_argument("--engine", choices=engine_names(), default="local",
+                        help="; ".join(f"{name}: {get_engine(name).help}" for name in engine_names()))
 
 
 # SGLang's own flags must reach SGLang: the dispatcher collects unknown arguments into
-# args.extra_argv instead of rejecting them, and main() refuses them for the local engine.
+# args.extra_argv instead of rejecting them, and the embedded engine's launcher refuses them.
 PASS_THROUGH_ARGS = True
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _serve_sglang(args: argparse.Namespace, extra: list[str]) -> int:
-    try:
-        from backends.sglang_kvflow import launcher
-    except ImportError as exc:
-        print(f"kvflow serve: --engine sglang needs the SGLang plugin (backends.sglang_kvflow.launcher) and "
-              f"the sglang package ('pip install kvflow[sglang]' on a GPU machine): {exc}", file=sys.stderr)
-        return 2
-    return int(launcher.main(args, extra) or 0)
-
-
-def _serve_vllm(args: argparse.Namespace, extra: list[str]) -> int:
-    try:
-        from backends.vllm_kvflow import launcher
-    except ImportError as exc:
-        print(f"kvflow serve: --engine vllm needs backends.vllm_kvflow.launcher: {exc}", file=sys.stderr)
-        return 2
-    return int(launcher.main(args, extra) or 0)
-
-
-def _engine_config(args: argparse.Namespace) -> Any:
-    from backends.local import EngineConfig
-
-    sizes = {k: v for k, v in (("device_tokens", args.device_tokens), ("host_tokens", args.host_tokens),
-                               ("prefetch_lookahead", args.prefetch_lookahead), ("dtype", args.dtype))
-             if v is not None}
-    return EngineConfig.build(model=args.model, policy=args.policy, prefetch=not args.no_prefetch, **sizes)
 
 
 def main(args: argparse.Namespace) -> int:
     extra = list(getattr(args, "extra_argv", []))
-    if args.engine != "local" and args.prefetch_lookahead is not None:
+    engine = get_engine(args.engine)
+    if engine.external and args.prefetch_lookahead is not None:
         print(f"kvflow serve: --prefetch-lookahead sets the embedded engine's brain; with --engine {args.engine} pass "
               "the plugin's own option (SGLang: --radix-eviction-policy-config '{\"prefetch_lookahead\": N}')",
               file=sys.stderr)
         return 2
-    if args.engine != "local" and args.dtype is not None:
+    if engine.external and args.dtype is not None:
         extra += ["--dtype", args.dtype]  # the engine's own flag, same meaning
-    if args.engine == "sglang":
-        return _serve_sglang(args, extra)
-    if args.engine == "vllm":
-        return _serve_vllm(args, extra)
-    if extra:
-        print(f"kvflow serve: unrecognized arguments: {' '.join(extra)} (only --engine sglang/vllm pass flags through)",
-              file=sys.stderr)
-        return 2
-    if not _is_loopback(args.host) and not args.api_key:
-        print(f"kvflow serve: warning: binding {args.host} without --api-key exposes the server to the network",
-              file=sys.stderr)
-    try:
-        sock = bind_port(args.host, args.port)  # before the model loads: a busy port fails in a second
-    except OSError as exc:
-        print(f"kvflow serve: {exc}", file=sys.stderr)
-        return 2
-    with sock:
-        return _serve_local(args, sock)
-
-
-def _serve_local(args: argparse.Namespace, sock: Any) -> int:
-    import uvicorn
-
-    from backends.local import Engine
-    from backends.server import create_app
-
-    print(f"kvflow serve: loading {args.model}...", file=sys.stderr, flush=True)
-    try:
-        engine = Engine(_engine_config(args))
-    except STARTUP_ERRORS as exc:
-        print(f"kvflow serve: cannot start the engine: {exc}", file=sys.stderr)
-        return 2
-    minimum = min_device_tokens(engine.tokenizer)
-    if engine.config.cache.device_tokens < minimum:
-        engine.close()
-        print(f"kvflow serve: --device-tokens {engine.config.cache.device_tokens} cannot hold even the smallest "
-              f"request ({minimum} tokens with {args.model}'s chat template); use at least {minimum}, and "
-              "thousands to keep agents' prompts cached", file=sys.stderr)
-        return 2
-    app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes)
-    print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
-          f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead})", file=sys.stderr, flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled; the shutdown was clean
-        pass
-    return 0 if server.started else 1
+    return engine.launch(args, extra)

@@ -11,6 +11,9 @@
   from the gateway's worker list; ``("http://GATEWAY", ["http://WORKER", ...])`` names them
   (:class:`GatewayClient`; build one yourself for ``routing="agent"`` and other options);
 * an :class:`LLMClient` — used as is, never closed (share one across many runs).
+
+Every form but the last is a backend of :mod:`.registry`, registered by the module of its client
+(:func:`register_backend` adds one).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from .base import BackendError, LLMClient, LLMReply
 from .gateway import GatewayClient, GatewayConfig
 from .http import HttpClient, HttpConfig
 from .local import DEFAULT_MODEL, LocalClient
+from .probe import PlainServerWarning
+from .registry import backend_names, open_backend, register_backend
 from .steps_router import StepsRouter
 
 __all__ = [
@@ -34,8 +39,11 @@ __all__ = [
     "StepsRouter",
     "LocalClient",
     "DEFAULT_MODEL",
+    "PlainServerWarning",
     "OpenedClient",
     "open_client",
+    "register_backend",
+    "backend_names",
 ]
 
 
@@ -49,27 +57,4 @@ def open_client(backend: Any) -> OpenedClient:
     """Turn a ``backend=`` argument into a client (see the module docstring for the forms)."""
     if isinstance(backend, LLMClient):
         return OpenedClient(backend, False)
-    if isinstance(backend, tuple) and len(backend) == 2 and isinstance(backend[0], str):
-        gateway, workers = backend
-        if isinstance(workers, str) or not all(isinstance(w, str) for w in workers):
-            raise ValueError("backend (GATEWAY_URL, WORKER_URLS): WORKER_URLS must be a list of URLs")
-        return OpenedClient(GatewayClient(gateway, workers), True)
-    if isinstance(backend, str):
-        if backend.startswith(("smg+http://", "smg+https://")):
-            return OpenedClient(GatewayClient(backend.removeprefix("smg+")), True)
-        if backend.startswith(("http://", "https://")):
-            return OpenedClient(HttpClient(backend), True)
-        if backend == "local" or backend.startswith("local:"):
-            model = backend.partition(":")[2] or DEFAULT_MODEL
-            return OpenedClient(LocalClient(model=model), True)
-        raise ValueError(
-            f"backend {backend!r} not understood: use 'local', 'local:MODEL', 'http://HOST:PORT', 'smg+http://HOST:PORT', "
-            f"an EngineConfig, an engine object or an LLMClient"
-        )
-    if hasattr(backend, "generate") and hasattr(backend, "apply_steps") and hasattr(backend, "tokenizer"):
-        return OpenedClient(LocalClient(backend), True)  # the client is ours, the engine the caller's
-    from backends.local import EngineConfig  # torch is imported only on this path
-
-    if isinstance(backend, EngineConfig):
-        return OpenedClient(LocalClient(config=backend), True)
-    raise ValueError(f"backend of type {type(backend).__name__} not understood")
+    return OpenedClient(open_backend(backend), True)

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Iterable, Literal
 
 import httpx
 
 from ..protocol import INFO_ROUTE, KVFlowHint, Sampling, StepsUpdate
 from .base import BackendError, LLMReply, Messages
 from .http import HttpClient, HttpConfig, error_text, json_object, parse_completion
+from .probe import InfoAnswer, read_worker_infos
+from .registry import register_backend
 from .steps_router import StepsRouter, StepsTarget
 
 __all__ = ["GatewayConfig", "GatewayClient", "ROUTING_HEADER", "WORKER_HEADER", "Routing", "routing_key",
@@ -107,28 +109,19 @@ class GatewayClient(HttpClient):
             if not self.router.workers:
                 for url in await self._discover():
                     self.router.add_worker(url)
-            infos = await asyncio.gather(*(self._worker_info(url) for url in self.router.workers))
-            kvflow = [info for info in infos if info is not None]
-            if kvflow and self.config.hints:  # a location every kvflow worker reads: any may get the call
-                self._learn_hint_location(*kvflow)
-            self._kvflow = self.config.hints and bool(kvflow)
-            if self._model is None:
-                self._model = (kvflow[0].get("model") if kvflow else None) or await self._first_model() or "default"
-            self._probed = True
-            held, self._held = self._held, []
-            for update in held:
-                self.send_steps(update)
+            answers = await asyncio.gather(*(self._worker_info(url) for url in self.router.workers))
+            await self._learn(read_worker_infos(self.name, answers), hints=self.config.hints)
 
     async def _discover(self) -> list[str]:
         response = await self._request("GET", "/workers")
         return workers_from_listing(self.name, response)
 
-    async def _worker_info(self, url: str) -> dict[str, Any] | None:
+    async def _worker_info(self, url: str) -> InfoAnswer:
         try:
             response = await self._http.get(url + INFO_ROUTE)
         except Exception:  # noqa: BLE001 - a worker down at start-up is found again by the gateway
-            return None
-        return json_object(response) if response.status_code == 200 else None
+            return InfoAnswer(url, None)
+        return InfoAnswer(url, response.status_code, json_object(response))
 
     async def chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None) -> LLMReply:
         await self._probe()
@@ -143,11 +136,8 @@ class GatewayClient(HttpClient):
             self.router.served_by(hint.namespace, hint.workflow_id, worker)
         return parse_completion(response, f"{self.name} (worker {worker or 'unknown'})")
 
-    def send_steps(self, update: StepsUpdate) -> None:
-        if not self._probed:
-            super().send_steps(update)  # held until the workers are known
-        elif self._kvflow:
-            self.router.send(update)
+    async def _post_steps(self, update: StepsUpdate) -> None:
+        self.router.send(update)  # in the order the runtime sent them, held ones first
 
     async def flush(self, timeout: float = 5.0) -> None:
         await super().flush(timeout)
@@ -158,3 +148,20 @@ class GatewayClient(HttpClient):
             await super().aclose()
         finally:
             await self.router.aclose()
+
+
+def _open(backend: str | tuple) -> GatewayClient:
+    if isinstance(backend, str):
+        return GatewayClient(backend.removeprefix("smg+"))  # the workers come from GET /workers
+    gateway, workers = backend
+    if isinstance(workers, str) or not all(isinstance(w, str) for w in workers):
+        raise ValueError("backend (GATEWAY_URL, WORKER_URLS): WORKER_URLS must be a list of URLs")
+    return GatewayClient(gateway, workers)
+
+
+def _is_gateway_pair(backend: object) -> bool:
+    return isinstance(backend, tuple) and len(backend) == 2 and isinstance(backend[0], str)
+
+
+register_backend("smg+http", _open, accepts=_is_gateway_pair)
+register_backend("smg+https", _open)

@@ -24,11 +24,11 @@ from typing import Any
 
 import httpx
 
-from ..protocol import Sampling
-from ..protocol import (CUSTOM_PARAMS, INFO_ROUTE, STEPS_ROUTE, HintLocationError, KVFlowHint, StepsUpdate,
-                        attach_hint, hint_location)
-from .outbox import Outbox
+from ..protocol import CUSTOM_PARAMS, INFO_ROUTE, STEPS_ROUTE, KVFlowHint, Sampling, StepsUpdate, attach_hint
 from .base import BackendError, LLMClient, LLMReply, Messages
+from .outbox import Outbox
+from .probe import InfoAnswer, PlainServerWarning, ServerProbe, read_info
+from .registry import register_backend
 
 __all__ = ["HttpConfig", "HttpClient", "json_object", "error_text", "parse_completion"]
 
@@ -69,8 +69,8 @@ class HttpClient(LLMClient):
         self._kvflow = False
         self._hint_location = CUSTOM_PARAMS
         self._model = self.config.model
-        self._outbox = Outbox(self._post_steps, self.name)
-        self._held: list[StepsUpdate] = []
+        # Held until the first call has probed whether the server takes updates at all.
+        self._outbox = Outbox(self._post_steps, self.name, held=True)
 
     @property
     def supports_hints(self) -> bool:
@@ -80,12 +80,6 @@ class HttpClient(LLMClient):
     def hint_location(self) -> str:
         """Where chat bodies carry the hint (learned from the server's info at the first call)."""
         return self._hint_location
-
-    def _learn_hint_location(self, *infos: dict[str, Any]) -> None:
-        try:
-            self._hint_location = hint_location(*infos)
-        except HintLocationError as exc:
-            raise BackendError(self.name, f"{INFO_ROUTE}: {exc}") from None
 
     @property
     def _http(self) -> httpx.AsyncClient:
@@ -113,29 +107,31 @@ class HttpClient(LLMClient):
             if self._probed:
                 return
             response = await self._request("GET", INFO_ROUTE)
-            if response.status_code in (401, 403):
+            probe = read_info(InfoAnswer(self.name, response.status_code, json_object(response)))
+            if probe.refused:
                 raise BackendError(
                     self.name,
-                    f"the server refused {INFO_ROUTE} with HTTP {response.status_code} ({error_text(response)}); "
+                    f"the server refused {INFO_ROUTE} with HTTP {probe.refused} ({error_text(response)}); "
                     f"give it its API key: KVFLOW_API_KEY=... or HttpConfig(api_key=...)",
                 )
-            info = json_object(response) if response.status_code == 200 else None
-            if info is not None:
-                self._learn_hint_location(info)
-            self._kvflow = info is not None
-            if info is None:
-                warnings.warn(
-                    f"{self.name} has no {INFO_ROUTE}: it is not a kvflow server, so requests carry "
-                    f"no hints and the cache will not follow the workflow",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-            if self._model is None:
-                self._model = (info or {}).get("model") or await self._first_model() or "default"
-            self._probed = True
-            held, self._held = self._held, []
-            for update in held:
-                self.send_steps(update)
+            await self._learn(probe)
+
+    async def _learn(self, probe: ServerProbe, *, hints: bool = True) -> None:
+        """Take the probe's answer (``hints=False``: send neither hints nor updates, warn of nothing)."""
+        if hints and probe.location_error:
+            raise BackendError(self.name, probe.location_error)
+        if hints and probe.warning:
+            warnings.warn(probe.warning, PlainServerWarning, stacklevel=3)
+        self._kvflow = hints and probe.kvflow
+        if self._kvflow:
+            self._hint_location = probe.hint_location
+        if self._model is None:
+            self._model = probe.model or await self._first_model() or "default"
+        self._probed = True
+        if self._kvflow:
+            self._outbox.release()
+        else:
+            self._outbox.discard()
 
     async def _first_model(self) -> str | None:
         response = await self._request("GET", "/v1/models")
@@ -159,6 +155,7 @@ class HttpClient(LLMClient):
         body: dict[str, Any] = {"model": self._model, "messages": list(messages), **sampling.as_request()}
         if hint is not None and self._kvflow:
             body = attach_hint(body, hint, location=self._hint_location)
+            self._outbox.announce(hint.namespace, hint.workflow_id)
         return await self._request("POST", "/v1/chat/completions", json=body, headers=headers)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -184,13 +181,7 @@ class HttpClient(LLMClient):
 
     # ------------------------------------------------------------------ steps
     def send_steps(self, update: StepsUpdate) -> None:
-        if not self._probed:
-            # Whether the server wants updates is unknown until the first call has probed it.
-            # Coalesced per (namespace, workflow_id), the Outbox's key; a held done stays final.
-            key = (update.namespace, update.workflow_id)
-            self._held = [u for u in self._held if (u.namespace, u.workflow_id) != key or u.done] + [update]
-            return
-        if self._kvflow:
+        if self._kvflow or not self._probed:  # held by the outbox until the probe says
             self._outbox.put(update)
 
     async def _post_steps(self, update: StepsUpdate) -> None:
@@ -199,12 +190,12 @@ class HttpClient(LLMClient):
             raise BackendError(self.name, f"steps update rejected with HTTP {response.status_code}: {error_text(response)}")
 
     async def flush(self, timeout: float = 5.0) -> None:
-        if self._held and not self._probed:
+        if self._outbox and not self._probed:
             try:
                 await asyncio.wait_for(self._probe(), timeout)
             except (BackendError, asyncio.TimeoutError) as exc:
                 log.warning("could not deliver steps updates to %s: %s", self.name, exc)
-                self._held.clear()
+                self._outbox.discard()
         await self._outbox.flush(timeout)
 
     async def aclose(self) -> None:
@@ -256,3 +247,7 @@ def parse_completion(response: httpx.Response, backend: str) -> LLMReply:
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         snippet = response.text[:200].replace("\n", " ")
         raise BackendError(backend, f"reply is not a chat completion ({type(exc).__name__}: {exc}); body starts {snippet!r}") from None
+
+
+register_backend("http", HttpClient)
+register_backend("https", HttpClient)

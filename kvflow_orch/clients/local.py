@@ -6,16 +6,22 @@ serialised. The fixed/dynamic boundary is exact: ``encode_chat(messages, fixed_m
 
 Ownership: an engine built here from a model name or an ``EngineConfig`` is started and shut down
 by this client; an engine object passed in belongs to the caller, who starts and stops it.
+
+Registered as the ``local`` backend: ``"local"``, ``"local:MODEL"``, an ``EngineConfig`` or a
+started engine object.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
-from ..protocol import Sampling
-from ..protocol import KVFlowHint, StepsUpdate
+from backends.base import EngineError, GenerateRequest
+
+from ..protocol import KVFlowHint, Sampling, StepsUpdate
 from .base import BackendError, LLMClient, LLMReply, Messages
+from .registry import register_backend
 
 __all__ = ["LocalClient", "DEFAULT_MODEL"]
 
@@ -46,8 +52,6 @@ class LocalClient(LLMClient):
             self._started = True
 
     async def chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None) -> LLMReply:
-        from backends.base import EngineError, GenerateRequest
-
         try:
             await self._ensure_started()
             encoded = self.engine.tokenizer.encode_chat(list(messages), fixed_messages=1)
@@ -81,3 +85,24 @@ class LocalClient(LLMClient):
         if self._owned and self._started:
             self._started = False
             await self.engine.shutdown()
+
+
+def _is_engine(backend: Any) -> bool:
+    """A started engine object (``backends.base.ServingEngine``) or an embedded engine's config."""
+    if hasattr(backend, "generate") and hasattr(backend, "apply_steps") and hasattr(backend, "tokenizer"):
+        return True
+    # An EngineConfig exists only once backends.local is imported: checking this way leaves torch
+    # unloaded for any other object.
+    local = sys.modules.get("backends.local")
+    return local is not None and isinstance(backend, local.EngineConfig)
+
+
+def _open(backend: Any) -> LocalClient:
+    if isinstance(backend, str):
+        return LocalClient(model=backend.partition(":")[2] or DEFAULT_MODEL)
+    if hasattr(backend, "generate"):
+        return LocalClient(backend)  # the client is ours, the engine the caller's
+    return LocalClient(config=backend)
+
+
+register_backend("local", _open, accepts=_is_engine)

@@ -94,7 +94,9 @@ class StepsRouter:
             targets = self._outboxes if self.to == "all" else self._served.get(key, ())
         for url in targets:
             if url not in self._down:
-                self._outboxes[url].put(update)
+                # announced: any worker may have heard of the workflow through the gateway (a call
+                # whose worker was not reported), so each one's done must go
+                self._outboxes[url].put(update, announced=True)
 
     async def _post(self, url: str, update: StepsUpdate) -> None:
         if url in self._down:

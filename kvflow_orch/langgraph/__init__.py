@@ -9,7 +9,7 @@ graph so every LLM call made inside its nodes carries the workflow's steps-to-ex
 
 from __future__ import annotations
 
-from ._backend import PlainServerWarning
+from ..clients.probe import PlainServerWarning
 from ._callbacks import KVFlowCallbackHandler
 from ._compile import UndeclaredTargetsWarning, compile_langgraph
 from ._delivery import Delivery, delivery

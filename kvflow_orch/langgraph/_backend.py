@@ -1,17 +1,18 @@
 """The kvflow server an instrumented LangGraph app talks to: capability probe and steps updates.
 
-``GET /kvflow/v1/info`` is probed once per origin; its ``hints.openai`` says where requests carry
-the hint (:func:`~kvflow_orch.protocol.hint_location`: ``custom_params.kvflow`` when it names
-none, ``kv_transfer_params.kvflow`` for vLLM; naming only locations this version does not know
-is a :class:`~kvflow_orch.protocol.HintLocationError` raised into the LLM call). An origin without it is a plain
-OpenAI-compatible server: requests to it carry no hints and one warning says so. The probe and the
+``GET /kvflow/v1/info`` is probed once per origin and read as the runtime's clients read it
+(:mod:`kvflow_orch.clients.probe`): its ``hints.openai`` says where requests carry the hint
+(``custom_params.kvflow`` when it names none, ``kv_transfer_params.kvflow`` for vLLM; naming only
+locations this version does not know is a :class:`~kvflow_orch.protocol.HintLocationError` raised
+into the LLM call). An origin without it is a plain OpenAI-compatible server: requests to it carry
+no hints and one :class:`~kvflow_orch.clients.probe.PlainServerWarning` says so. The probe and the
 updates send ``Authorization: Bearer $KVFLOW_API_KEY`` when that variable is set, as the runtime's
 HTTP client does (a server started with ``--api-key`` refuses them otherwise). ``backend_url`` may
 be the server's root or its OpenAI base URL (``.../v1``, as given to ``ChatOpenAI``).
 
 A gateway (SGLang's ``smg``) in front of many kvflow workers: ``backend_url`` is the gateway and
 ``workers`` its worker URLs, or ``backend_url="smg+http://HOST:PORT"`` reads them from the gateway's
-``GET /workers``. The probe then asks a worker (the gateway answers 404 for ``/kvflow/v1/*``),
+``GET /workers``. The probe then asks the workers (the gateway answers 404 for ``/kvflow/v1/*``),
 requests carry the routing header chosen by ``routing`` (see :mod:`kvflow_orch.clients.gateway`),
 and updates go through a :class:`~kvflow_orch.clients.steps_router.StepsRouter`: to the workers
 that served the workflow (the transport reports ``x-smg-routed-worker-id``), ``done`` to every one.
@@ -35,17 +36,15 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..clients.gateway import Routing, workers_from_listing
+from ..clients.http import json_object
+from ..clients.probe import InfoAnswer, PlainServerWarning, ServerProbe, read_info, read_worker_infos, workers_unknown
 from ..clients.steps_router import StepsRouter
-from ..protocol import CUSTOM_PARAMS, INFO_ROUTE, HintLocationError, hint_location
+from ..protocol import CUSTOM_PARAMS, INFO_ROUTE, HintLocationError
 from ._delivery import Snapshot, delivery, tls_context
 
-__all__ = ["Backend", "origin_of", "PlainServerWarning"]
+__all__ = ["Backend", "origin_of"]
 
 _PROBE_TIMEOUT_S = 5.0
-
-
-class PlainServerWarning(RuntimeWarning):
-    """The LLM server has no kvflow routes; requests go out without hints."""
 
 
 def origin_of(url: str) -> str:
@@ -80,8 +79,8 @@ class Backend:
         self.routing: Routing | None = (routing or "agent") if self.gateway else None
         """The routing header's grouping (None: not a gateway, no header)."""
         self.url = _server_root(url) if url else None
-        key = os.environ.get("KVFLOW_API_KEY")
-        self._headers = {"Authorization": f"Bearer {key}"} if key else None
+        self._api_key = os.environ.get("KVFLOW_API_KEY") or None
+        self._headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else None
         self._lock = threading.Lock()
         self._kvflow: dict[str, bool] = {}
         self._locations: dict[str, str] = {}  # origin -> where its requests carry the hint
@@ -112,61 +111,39 @@ class Backend:
             return False
         with self._lock:
             known = self._kvflow.get(target)
-        if known is None:
-            if self.gateway:
-                infos, status, why = self._probe_gateway()
-            else:
-                (info, status), why = _probe(target, self._headers), None
-                infos = [info] if info is not None else []
-            known = bool(infos)
-            if known:
-                try:
-                    location = hint_location(*infos)
-                except HintLocationError as exc:
-                    raise HintLocationError(f"{target}{INFO_ROUTE}: {exc}") from None
-            with self._lock:
-                first = target not in self._kvflow
-                self._kvflow.setdefault(target, known)
-                if known:
-                    self._locations.setdefault(target, location)
-                if known and self.url is None:
+        if known is not None:
+            return known
+        probe = self._probe_gateway(target) if self.gateway else read_info(_get_info(target, self._headers))
+        if probe.location_error:
+            raise HintLocationError(probe.location_error)
+        with self._lock:
+            first = target not in self._kvflow
+            self._kvflow.setdefault(target, probe.kvflow)
+            if probe.kvflow:
+                self._locations.setdefault(target, probe.hint_location)
+                if self.url is None:
                     self.url = target
-            if first and not known:
-                why = (
-                    f"refused {INFO_ROUTE} with HTTP {status} (set KVFLOW_API_KEY to its API key)"
-                    if status in (401, 403)
-                    else why or f"has no {INFO_ROUTE}: it is not a kvflow server"
-                )
-                warnings.warn(
-                    f"{target} {why}, so LangGraph LLM calls carry no hints and the cache will not "
-                    f"follow the workflow",
-                    PlainServerWarning,
-                    stacklevel=2,
-                )
-        return known
+        if first and probe.warning:
+            warnings.warn(probe.warning, PlainServerWarning, stacklevel=2)
+        return probe.kvflow
 
-    def _probe_gateway(self) -> tuple[list[dict[str, Any]], int | None, str | None]:
-        """Find the gateway's workers (given or listed) and probe them until one is a kvflow server:
-        ([its info] or [], the last probe's HTTP status, why not when none is)."""
-        assert self.url is not None
+    def _probe_gateway(self, gateway: str) -> ServerProbe:
+        """Find the gateway's workers (given or listed) and probe them; with a kvflow worker among
+        them, the router that will carry the updates."""
         workers = self._workers
         if not workers:
             try:
-                listing = httpx.get(self.url + "/workers", timeout=_PROBE_TIMEOUT_S, headers=self._headers,
+                listing = httpx.get(gateway + "/workers", timeout=_PROBE_TIMEOUT_S, headers=self._headers,
                                     verify=tls_context())
-                workers = workers_from_listing(self.url, listing)
+                workers = workers_from_listing(gateway, listing)
             except Exception as exc:  # noqa: BLE001 - unreachable or no workers: no hints, one warning
-                return [], None, f"is a gateway whose workers are unknown: {exc}"
-        status = None
-        for worker in workers:  # the first kvflow worker's info decides: one gateway's workers run one backend
-            info, status = _probe(worker, self._headers)
-            if info is not None:
-                with self._lock:
-                    if self.router is None:
-                        key = os.environ.get("KVFLOW_API_KEY")
-                        self.router = StepsRouter(workers, timeout_s=_PROBE_TIMEOUT_S, api_key=key)
-                return [info], status, None
-        return [], status, f"is a gateway none of whose workers ({', '.join(workers)}) answers {INFO_ROUTE}"
+                return workers_unknown(gateway, exc)
+        probe = read_worker_infos(gateway, [_get_info(worker, self._headers) for worker in workers])
+        if probe.kvflow:
+            with self._lock:
+                if self.router is None:
+                    self.router = StepsRouter(workers, timeout_s=_PROBE_TIMEOUT_S, api_key=self._api_key)
+        return probe
 
     # ------------------------------------------------------------------ updates
     def send(self, update: Snapshot, *, announced: bool = True) -> None:
@@ -226,13 +203,9 @@ def _server_root(url: str) -> str:
     return origin_of(url) + path
 
 
-def _probe(origin: str, headers: dict[str, str] | None) -> tuple[dict[str, Any] | None, int | None]:
-    """(``origin``'s info when it is a kvflow server, the probe's HTTP status or None when unreachable)."""
+def _get_info(url: str, headers: dict[str, str] | None) -> InfoAnswer:
     try:
-        response = httpx.get(origin + INFO_ROUTE, timeout=_PROBE_TIMEOUT_S, headers=headers, verify=tls_context())
-        data: Any = response.json() if response.status_code == 200 else None
+        response = httpx.get(url + INFO_ROUTE, timeout=_PROBE_TIMEOUT_S, headers=headers, verify=tls_context())
     except httpx.HTTPError:
-        return None, None
-    except ValueError:
-        return None, response.status_code
-    return (data if isinstance(data, dict) else None), response.status_code
+        return InfoAnswer(url, None)
+    return InfoAnswer(url, response.status_code, json_object(response) if response.status_code == 200 else None)

@@ -31,6 +31,8 @@ from typing import Any, Callable, Hashable, Mapping, TypeVar
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
+from langgraph.errors import GraphInterrupt, ParentCommand
+from langgraph.types import Command, Send
 
 from ..constants import START
 from ..protocol import DEFAULT_NAMESPACE, KVFlowHint, check_name
@@ -302,8 +304,6 @@ def _seq_step(tags: Any) -> int | None:
 
 
 def _is_interrupt(error: BaseException) -> bool:
-    from langgraph.errors import GraphInterrupt
-
     return isinstance(error, GraphInterrupt)
 
 
@@ -317,9 +317,6 @@ def _inner_nodes(task_ns: str, run_ns: str) -> tuple[str, ...]:
 
 def _parent_command(error: BaseException) -> Any:
     """What a ``Command(graph=Command.PARENT)`` means for the task it ended, else None."""
-    from langgraph.errors import ParentCommand
-    from langgraph.types import Command
-
     if not (isinstance(error, ParentCommand) and error.args and isinstance(error.args[0], Command)):
         return None
     command = error.args[0]
@@ -329,8 +326,6 @@ def _parent_command(error: BaseException) -> Any:
 
 def _decisions(routes: Routes | None, branch_outputs: list[tuple[str, Any]], outputs: Any) -> tuple[list[str], list[str]]:
     """(targets chosen, Send targets) of a finished node task."""
-    from langgraph.types import Command, Send
-
     goto: list[str] = []
     sends: list[str] = []
 

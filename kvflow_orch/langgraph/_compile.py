@@ -31,12 +31,15 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Hashable, Mapping
 
+from langchain_core.runnables import RunnableSequence
+from langgraph.graph import StateGraph
+from langgraph.pregel import Pregel
+from langgraph.types import Command
+
+from ..asg import AgentStepGraph
 from ..builder import Workflow
 from ..constants import END, START
 from ..errors import WorkflowError
-
-if typing.TYPE_CHECKING:
-    from ..asg import AgentStepGraph
 
 __all__ = ["compile_langgraph", "compile_with_routes", "graph_routes", "Routes", "UndeclaredTargetsWarning"]
 
@@ -68,8 +71,6 @@ class Routes:
 
 
 def _builder(graph: Any) -> Any:
-    from langgraph.graph import StateGraph
-
     builder = graph if isinstance(graph, StateGraph) else getattr(graph, "builder", None)
     if not isinstance(builder, StateGraph):
         raise WorkflowError(
@@ -89,8 +90,6 @@ def _returns_command(spec: Any) -> bool:
     True for a bare ``-> Command`` annotation, and for an unannotated function whose code refers to
     ``Command``: LangGraph cannot see either statically, but both route at run time.
     """
-    from langgraph.types import Command
-
     func = getattr(spec.runnable, "func", None) or getattr(spec.runnable, "afunc", None)
     if func is None:
         return False
@@ -111,8 +110,6 @@ def _code_mentions(code: Any, name: str) -> bool:
 
 
 def _body_steps(spec: Any) -> int:
-    from langchain_core.runnables import RunnableSequence
-
     if spec is None:  # START: its sequence is only the writes
         return 0
     runnable = spec.runnable
@@ -155,8 +152,6 @@ class _Degraded:
 
 
 def _is_subgraph(spec: Any) -> bool:
-    from langgraph.pregel import Pregel
-
     return isinstance(spec.runnable, Pregel) or isinstance(getattr(spec.runnable, "bound", None), Pregel)
 
 
@@ -180,7 +175,7 @@ def _unroutable(source: str) -> Any:
     return route
 
 
-def compile_langgraph(graph: Any, agents: Mapping[str, str | None] | None = None) -> "AgentStepGraph":
+def compile_langgraph(graph: Any, agents: Mapping[str, str | None] | None = None) -> AgentStepGraph:
     """Compile a LangGraph ``StateGraph`` (or a compiled graph) into an Agent Step Graph.
 
     ``agents`` maps node -> agent identity (default: the node name; ``None``: the node calls no
@@ -192,7 +187,7 @@ def compile_langgraph(graph: Any, agents: Mapping[str, str | None] | None = None
 
 def compile_with_routes(
     graph: Any, agents: Mapping[str, str | None] | None = None
-) -> "tuple[AgentStepGraph, dict[str, Routes]]":
+) -> tuple[AgentStepGraph, dict[str, Routes]]:
     """:func:`compile_langgraph` and the :func:`graph_routes` it read (instrument needs both)."""
     builder = _builder(graph)
     names = _node_names(builder)

@@ -251,9 +251,11 @@ def test_agents_map_identities_and_non_llm_nodes():
     assert t.agent_steps() == {"pm": math.inf, "dev": 0, "engineer": 1}
 
 
-def test_from_langgraph_classmethod_delegates():
+def test_the_old_from_langgraph_name_still_compiles_and_says_it_is_deprecated():
     graph, wf = conditional_loop()
-    same_structure(AgentStepGraph.from_langgraph(graph), wf.compile())
+    with pytest.warns(DeprecationWarning, match="kvflow_orch.langgraph.compile_langgraph"):
+        asg = AgentStepGraph.from_langgraph(graph)
+    same_structure(asg, wf.compile())
 
 
 def test_error_handler_nodes_are_skipped():

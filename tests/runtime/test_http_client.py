@@ -124,6 +124,26 @@ async def test_steps_updates_are_coalesced_and_done_is_final(server):
     assert all(u["steps"].get("pm") != 99 for u in updates)
 
 
+async def test_a_workflow_that_ends_before_the_server_heard_of_it_costs_no_request(server):
+    client = HttpClient(server.url)
+    await client.chat(MESSAGES, Sampling(), HINT)  # the server hears of HINT's workflow only
+    client.send_steps(StepsUpdate(workflow_id="quiet", namespace="ns", steps={"pm": 1}))
+    client.send_steps(StepsUpdate(workflow_id="quiet", namespace="ns", steps={}, done=True))
+    client.send_steps(StepsUpdate(workflow_id="w1", namespace="ns", steps={}, done=True))
+    await client.aclose()
+    assert server.steps_updates() == [{"workflow_id": "w1", "namespace": "ns", "steps": {}, "done": True}]
+
+
+async def test_a_done_follows_a_delivered_update_of_a_workflow_that_made_no_call(server):
+    client = HttpClient(server.url)
+    await client.chat(MESSAGES, Sampling(), HINT)
+    client.send_steps(StepsUpdate(workflow_id="tools", namespace="ns", steps={"pm": 1}))
+    await client.flush()  # delivered: now the server knows the workflow
+    client.send_steps(StepsUpdate(workflow_id="tools", namespace="ns", steps={}, done=True))
+    await client.aclose()
+    assert [(u["workflow_id"], u["done"]) for u in server.steps_updates()] == [("tools", False), ("tools", True)]
+
+
 async def test_steps_before_first_call_are_held_until_probe(server):
     client = HttpClient(server.url)
     client.send_steps(StepsUpdate(workflow_id="w9", steps={"a": 0}))

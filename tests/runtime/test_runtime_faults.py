@@ -55,7 +55,9 @@ async def test_node_raising_cancels_siblings(server):
     wf.add_agent("slow", system="S.", prompt="p")
 
     async def boom(state):
-        await asyncio.sleep(0.1)
+        deadline = time.monotonic() + 1.0
+        while not server.chats() and time.monotonic() < deadline:  # the slow call is in flight
+            await asyncio.sleep(0.01)
         raise KeyError("missing-input")
 
     wf.add_node("boom", boom)
@@ -67,6 +69,7 @@ async def test_node_raising_cancels_siblings(server):
     with pytest.raises(WorkflowError, match=r"node 'boom' raised KeyError: 'missing-input'"):
         await arun(wf, {}, backend=server.url, workflow_id="w-raise")
     assert loop.time() - started < 1.5, "the slow sibling was not cancelled"
+    assert len(server.chats()) == 1  # the server heard of the workflow from the slow call's hint
     assert _done_sent(server, "w-raise")
     _no_leftovers()
 

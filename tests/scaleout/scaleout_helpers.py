@@ -13,7 +13,7 @@ import pytest
 
 from backends.local import Engine, EngineConfig
 from backends.server import create_app, serve_in_thread
-from kvflow_orch.cli.cluster import HOST, free_port, find_smg
+from kvflow_orch.harness.cluster import HOST, free_port, find_smg
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 SMG_MISSING = "smg (SGLang's model gateway) is not installed: pip install 'kvflow[smg]' (bash .ci/setup-smg)"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from kvflow_orch import END, START, Workflow, WorkflowError, arun
-from kvflow_orch.cli.cluster import free_port, start_cluster
+from kvflow_orch.harness.cluster import free_port, start_cluster
 from kvflow_orch.clients import GatewayClient, GatewayConfig
 from scaleout_helpers import require_smg, wait_for
 

@@ -42,8 +42,8 @@ def _listening_addresses(port: int) -> set[str]:
 def test_kvflow_serve_runs_binds_loopback_and_applies_flags() -> None:
     port = _free_port()
     cmd = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", "tiny-random", "--device-tokens", "1024",
-           "--host-tokens", "0", "--policy", "lru", "--no-prefetch", "--dtype", "bfloat16", "--port", str(port),
-           "--api-key", "k"]
+           "--host-tokens", "0", "--policy", "lru", "--no-prefetch", "--dtype", "bfloat16", "--prefetch-lookahead", "16",
+           "--port", str(port), "--api-key", "k"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -75,6 +75,8 @@ def test_kvflow_serve_runs_binds_loopback_and_applies_flags() -> None:
             proc.kill()
             raise
     assert rc == 0
+    startup = proc.stdout.read() if proc.stdout else ""
+    assert "(policy lru, prefetch off, lookahead 16)" in startup  # read back from the engine's brain config
 
 
 def test_unknown_flags_are_refused_for_the_embedded_engine(capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,33 +97,10 @@ def test_engine_sglang_is_delegated_and_says_what_is_missing(tmp_path, capsys: p
     assert "needs the sglang package" in capsys.readouterr().err
 
 
-def _serve_args(*argv: str):
-    import argparse
-
-    from kvflow_orch.cli import serve
-
-    parser = argparse.ArgumentParser(prog="kvflow serve")
-    serve.add_arguments(parser)
-    args, extra = parser.parse_known_args(list(argv))
-    args.extra_argv = extra
-    return args
-
-
-def test_prefetch_lookahead_reaches_the_engines_brain() -> None:
-    from kvflow_orch.cli.serve import _engine_config
-
-    assert _engine_config(_serve_args("--model", "tiny-random")).cache.prefetch_lookahead == 1
-    config = _engine_config(_serve_args("--model", "tiny-random", "--prefetch-lookahead", "16", "--host-tokens", "0"))
-    assert config.cache.prefetch_lookahead == 16 and config.cache.host_tokens == 0
-
-
-def test_dtype_reaches_the_engine_config_and_bad_values_are_refused() -> None:
-    from kvflow_orch.cli.serve import _engine_config
-
-    assert _engine_config(_serve_args("--model", "tiny-random")).dtype == "auto"
-    assert _engine_config(_serve_args("--model", "tiny-random", "--dtype", "bfloat16")).dtype == "bfloat16"
-    with pytest.raises(SystemExit):
-        _serve_args("--model", "tiny-random", "--dtype", "int8")
+def test_bad_dtype_is_an_argument_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["serve", "--model", "tiny-random", "--dtype", "int8"])
+    assert exc.value.code == 2 and "--dtype" in capsys.readouterr().err
 
 
 def test_bad_prefetch_lookahead_is_an_argument_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ from backends.sim.serving import EngineLimits, ServingSim, SimRequest
 from backends.sim.profiles import HardwareProfile, ModelProfile, load_hardware, load_model
 from backends.sim.simulate import simulate
 from backends.sim.systems import SYSTEMS, System
-from kvflow_orch.cli.scenarios import synthetic
+from kvflow_orch.harness.scenarios import synthetic
 from kvflow_orch.protocol import KVFlowHint
 
 # Toy device: a decode step is memory bound at 2e9 B / 5e10 B/s = 40 ms; a KV copy costs its 0.5 s

@@ -17,7 +17,7 @@ from backends.sim.simulate import simulate
 from backends.sim.systems import get_system
 from kvflow_orch import BranchStats
 from kvflow_orch.cli import main as kvflow_main
-from kvflow_orch.cli.scenarios import routed_device_tokens, routed_workload
+from kvflow_orch.harness.scenarios import routed_device_tokens, routed_workload
 
 H100, LLAMA = load_hardware("h100-sxm"), load_model("llama-3.1-8b")
 
@@ -89,7 +89,7 @@ def test_bench_sim_routed_workloads(tmp_path, workload):
 
 
 def test_oracle_hints_carry_the_true_distance_to_each_agents_next_call():
-    from backends.sim.sweep import Scenario, run_scenario
+    from kvflow_orch.harness.sweep import Scenario, run_scenario
 
     w = routed_workload("swarm", fixed=512, rounds=12)
     device = routed_device_tokens(w)
@@ -118,9 +118,9 @@ def test_oracle_needs_a_previous_runs_paths():
 
 
 def test_routed_summary_prints_the_bounds_side_by_side():
-    from backends.sim.sweep import Scenario, run_scenarios
+    from kvflow_orch.harness.sweep import Scenario, run_scenarios
     from backends.sim.systems import SYSTEM_NAMES
-    from backends.sim.targets import check_targets, learned_bounds
+    from kvflow_orch.harness.targets import check_targets, learned_bounds
 
     w = routed_workload("swarm", fixed=512, rounds=12)
     device = routed_device_tokens(w)

@@ -7,7 +7,8 @@ from collections import Counter
 
 import pytest
 
-from kvflow_orch import END, START, AgentStepGraph, BranchStats, run
+from kvflow_orch import END, START, BranchStats, run
+from kvflow_orch.langgraph import compile_langgraph
 from workflows._routing import draw, named_choice, zipf_weights
 from workflows.supervisor import routing as supervisor_routing
 from workflows.supervisor import supervisor, supervisor_app
@@ -71,7 +72,7 @@ def test_dsl_and_langgraph_variants_agree(kind):
         wf, app = supervisor(workers=4, rounds=5, fixed=8, dynamic=2), supervisor_app(_fake_llm(), workers=4, rounds=5, fixed=8, dynamic=2)
     else:
         wf, app = swarm(agents=4, hops=6, fixed=8, dynamic=2), swarm_app(_fake_llm(), agents=4, hops=6, fixed=8, dynamic=2)
-    dsl, lg = wf.compile(), AgentStepGraph.from_langgraph(app)
+    dsl, lg = wf.compile(), compile_langgraph(app)
     assert set(dsl.nodes) == set(lg.nodes)
     for node in (START, *dsl.nodes):
         targets = lambda g: {t for b in g.branches_of(node) for t in b.targets}

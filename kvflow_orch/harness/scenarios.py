@@ -2,7 +2,7 @@
 
 The simulator (:mod:`backends.sim`) builds no workflows: it takes compiled Agent Step Graphs. This
 module compiles them (``workflows.synthetic``, ``workflows.metagpt``, ``workflows.peer``) for
-``kvflow bench`` and the calibration.
+``kvflow bench``, the calibration and the tests.
 
 The standard sweep (:func:`standard_scenarios`) is what ``kvflow bench sim --standard`` runs and
 what ``benchmarks/results/`` holds: the paper's single-workflow grid on H100/Qwen2.5-32B, its A10G
@@ -14,12 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from backends.sim.profiles import load_hardware, load_model
-from backends.sim.sweep import Scenario, with_link
 from backends.sim.workloads import Workload, from_graph
 from backends.sim.workloads import synthetic as synthetic_workload
 from kvflow_orch.asg import AgentStepGraph
 from workflows.synthetic import stage_agents
 from workflows.synthetic import synthetic as synthetic_workflow
+
+from .sweep import Scenario, with_link
 
 __all__ = ["synthetic_graph", "synthetic", "concurrent", "graph_workload", "standard_scenarios",
            "routed_workload", "routed_scenarios", "with_stats", "ROUTED_WORKLOADS"]

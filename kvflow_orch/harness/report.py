@@ -1,4 +1,4 @@
-"""Results as a table, JSON and matplotlib plots, (the target checks are in :mod:`.targets`).
+"""A sweep's results as a table, JSON and matplotlib plots (the target checks are in :mod:`.targets`).
 
 One row per (scenario, system): latency (mean end-to-end workflow time), speedup over ``hicache``
 and over ``gpu-only``, gap to ``infinite`` (latency / infinite - 1), device-hit ratio; each

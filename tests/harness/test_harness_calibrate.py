@@ -8,8 +8,8 @@ import torch
 
 from backends.local.model.llama import ModelConfig
 from backends.local.pools import KVPool
-from kvflow_orch.cli.calibrate import fit_line, model_profile_of
 from backends.sim.profiles import load_model
+from kvflow_orch.harness.calibrate import fit_line, model_profile_of
 
 SMOLLM2 = ModelConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
                       num_kv_heads=3, head_dim=64, tie_embeddings=True)

@@ -1,7 +1,7 @@
 """Scenarios (workload x hardware x model) and running every system on each of them.
 
 The scenarios themselves are built by the caller, which compiles their workflows (the standard sweep
-lives with the ``kvflow bench`` command).
+is :func:`kvflow_orch.harness.scenarios.standard_scenarios`).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-from .profiles import HardwareProfile, ModelProfile
-from .simulate import SimResult, simulate
-from .systems import DEFAULT_SYSTEMS, get_system
-from .workloads import Workload
+from backends.sim.profiles import HardwareProfile, ModelProfile
+from backends.sim.simulate import SimResult, simulate
+from backends.sim.systems import DEFAULT_SYSTEMS, get_system
+from backends.sim.workloads import Workload
 
 __all__ = ["Scenario", "ScenarioResult", "run_scenario", "run_scenarios", "with_link"]
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-from .cost import CostModel
+from backends.sim.cost import CostModel
+
 from .report import config_label
 from .sweep import ScenarioResult
 
@@ -114,10 +115,10 @@ def markov_bound(sr: ScenarioResult, calls: int = 100_000, seed: int = 0) -> dic
     """For one instance of a workload whose every agent routes by a weight table (the swarm):
     the pool in agent prefixes ``k``, and the call hit shares of LRU, the expected-steps rule, the
     best online policy (knowing the true table) and Bélády, over a long walk and over the path
-    this run took (see :mod:`.markov`). None for other workloads."""
+    this run took (see :mod:`backends.sim.markov`). None for other workloads."""
     import random
 
-    from .markov import belady_hits, chain_of_routing, hit_rates
+    from backends.sim.markov import belady_hits, chain_of_routing, hit_rates
 
     w = sr.scenario.workload
     if len(w.instances) != 1 or "kvflow" not in sr.results or sr.scenario.device_tokens is None:
