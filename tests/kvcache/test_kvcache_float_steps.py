@@ -1,21 +1,11 @@
-"""Fractional (expected) steps in the brain: eviction orders by them, prefetch picks by them."""
+"""Fractional (expected) steps in the brain: prefetch picks by them (eviction orders by them: the
+eviction spec's ``fractional_steps_order_as_numbers``, tests/conformance)."""
 
 from __future__ import annotations
 
-from kvflow_orch.protocol import KVFlowHint, StepsUpdate
+from kvflow_orch.protocol import StepsUpdate
 
-from test_kvcache_eviction import FIXED, SYS, build_workflow, evict_order
 from test_kvcache_prefetch import agent_tokens, setup
-
-
-def test_eviction_orders_by_fractional_steps(make_cache):
-    cache = make_cache(device_tokens=64, host_tokens=64)
-    build_workflow(cache)
-    cache.apply_hint(KVFlowHint(workflow_id="w", namespace="ns", agent="A", steps={"A": 2.75, "B": 2.5, "C": 7.25}))
-    order = evict_order(cache)
-    # dynamic suffixes first, then C (7.25), A (2.75), B (2.5): farther expected steps go first
-    assert order[3:] == [FIXED["C"], FIXED["A"], FIXED["B"], SYS]
-    assert cache.hints.steps(("ns", "A")) == 2.75
 
 
 def test_prefetch_takes_fractional_steps_within_the_lookahead_most_likely_first(make_cache):
