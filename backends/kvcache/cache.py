@@ -195,6 +195,10 @@ class KVCache:
         self._held.difference_update(slots)
         self.device.free(slots)
 
+    def still_held(self, slots: Iterable[int]) -> list[int]:
+        """Those of ``slots`` the caller still holds (handed out and not inserted or freed)."""
+        return [s for s in slots if s in self._held]
+
     def insert(
         self,
         tokens: Sequence[int],

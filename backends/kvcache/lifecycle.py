@@ -124,7 +124,7 @@ def release(cache: KVCache, reservation: Reservation, tokens: Sequence[int] | No
                                   fixed_prefix_tokens=intake.fixed_tokens if intake.agent else None)
     finally:
         # Slots the tree did not take (all of them when nothing was inserted) are still held.
-        cache.free_device([s for s in reservation.own_slots if s in cache._held])
+        cache.free_device(cache.still_held(reservation.own_slots))
         cache.unlock(reservation.handle)
     return result
 
