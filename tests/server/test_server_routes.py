@@ -119,7 +119,7 @@ def test_metrics_prometheus_text(client: httpx.Client) -> None:
     text = client.get("/metrics").text
     assert "# TYPE kvflow_http_requests_total counter" in text
     ok = re.search(r'kvflow_http_requests_total\{method="POST",path="/v1/chat/completions",status="200"\} (\d+)', text)
-    bad = re.search(r'kvflow_http_requests_total\{method="POST",path="/v1/chat/completions",status="422"\} (\d+)', text)
+    bad = re.search(r'kvflow_http_requests_total\{method="POST",path="/v1/chat/completions",status="400"\} (\d+)', text)
     assert ok and int(ok.group(1)) >= 1 and bad and int(bad.group(1)) >= 1
     assert re.search(r"^kvflow_engine_\w+ [0-9.e+-]+$", text, re.M)
     for line in text.splitlines():

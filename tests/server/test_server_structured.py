@@ -163,7 +163,7 @@ def test_bad_constraints_are_a_400_naming_the_problem(client, path, body, fragme
 
 def test_generate_refuses_two_constraints(client):
     r = client.post("/generate", json={"text": "x", "sampling_params": {"regex": "a", "ebnf": 'root ::= "a"'}})
-    assert r.status_code == 422 and "only one of json_schema, regex and ebnf" in r.text
+    assert r.status_code == 400 and "only one of json_schema, regex and ebnf" in r.text
 
 
 def test_openai_sdk_parse_and_tools(served):
