@@ -1,4 +1,5 @@
-"""Tools and structured output on ``/v1/chat/completions``, for models without a tool-call template.
+"""Tools and structured output on ``/v1/chat/completions`` and ``/v1/responses``, for models without
+a tool-call template.
 
 The embedded engine has no model-specific tool format, so tools work the same way for every model,
 by constrained decoding (:class:`~backends.base.Constraint`):
@@ -9,8 +10,11 @@ by constrained decoding (:class:`~backends.base.Constraint`):
   call; ``arguments`` valid against the tool's ``parameters``) or, with ``tool_choice="auto"`` only,
   ``{"content": "<text>"}`` (a plain answer). ``"required"`` allows any tool, a named choice that tool
   only, ``"none"`` no call and no envelope (the tools are not shown). One call per reply at most.
-* Calls in the history (assistant ``tool_calls``) are shown to the model as the envelope it would have
-  written; ``tool`` messages as their content.
+* Calls in the history (assistant ``tool_calls``, or a legacy ``function_call``) are shown to the
+  model as the envelope it would have written; ``tool`` (and legacy ``function``) messages as their
+  content.
+* Each tool's ``parameters`` sit under the envelope's ``$defs``, their own ``$ref``\ s rewritten to
+  point there (:func:`schemas.relocate`), and are checked by :func:`schemas.check_enforceable` first.
 
 The reply is then given back in OpenAI's shape: ``tool_calls`` with ids, ``function.arguments`` as
 JSON text, ``finish_reason: "tool_calls"``; in a stream the call's name first, then its arguments as

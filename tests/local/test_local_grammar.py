@@ -59,9 +59,7 @@ async def test_budget_one_short_of_the_minimum_is_truncated_on_length(engine):
     constraint = Constraint("json_schema", json.dumps(SCHEMA))
     short = minimum(engine, constraint) - 1
     result = await engine.generate(request(engine, "hi", short, constraint))
-    assert result.finish_reason == "length" and len(result.output_ids) == short
-    with pytest.raises(ValueError):  # a prefix of a valid reply, not a whole one
-        json.loads(result.text)
+    assert result.finish_reason == "length" and len(result.output_ids) == short  # the stop token did not fit
     assert engine.stats()["device_held"] == 0
 
 
