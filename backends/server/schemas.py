@@ -9,7 +9,7 @@ breaks the schema. It also refuses a schema no finite value satisfies (a propert
 itself), which would leave the grammar nothing to generate. Unknown keywords are ignored, as JSON
 Schema ignores them; annotations (``title``, ``description``, ``default``...) too.
 
-:func:`relocate` rewrites a tool's local ``$ref``\\ s so the schema still means the same once it sits
+:func:`relocate` rewrites a tool's local ``$ref`` pointers so the schema still means the same once it sits
 at ``#/$defs/<name>`` of the envelope (``#/$defs/P`` of the tool becomes ``#/$defs/<name>/$defs/P``).
 """
 
@@ -44,6 +44,9 @@ _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _JSON_TYPES = {"null": (type(None),), "boolean": (bool,), "object": (dict,), "array": (list,), "string": (str,),
                "number": (int, float), "integer": (int,)}
 _MAX_DEPTH = 64
+_MAX_REFS = 256
+_MAX_ONE_OF = 64
+"""Bounds on the checking work one schema may ask for (past them: a 400 naming the bound)."""
 
 
 def check_enforceable(schema: Any, param: str) -> None:
@@ -54,7 +57,7 @@ def check_enforceable(schema: Any, param: str) -> None:
         if problem is not None:
             keyword, why = problem
             raise APIError(400, f"{param}: `{keyword}` at {pointer} {why}", code="unsupported_schema", param=param)
-    if not _satisfiable(schema, schema, frozenset(), param):
+    if not _satisfiable(schema, param):
         raise APIError(400, f"{param}: no finite JSON value satisfies this schema (a `$ref` cycle with no way out, or "
                        "a required `false` subschema), so nothing could be generated", code="unsupported_schema",
                        param=param)
@@ -136,6 +139,8 @@ def _problem(node: dict[str, Any], root: Any) -> tuple[str, str] | None:
     if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
         return "allOf", "with more than one schema cannot be enforced (the grammar keeps only the first); merge them"
     if isinstance(node.get("oneOf"), list):
+        if len(node["oneOf"]) > _MAX_ONE_OF:
+            return "oneOf", f"with more than {_MAX_ONE_OF} branches cannot be checked for overlap; use anyOf"
         overlap = _overlapping(node["oneOf"], root)
         if overlap is not None:
             return "oneOf", (f"branches {overlap[0]} and {overlap[1]} may both match, so exactly-one cannot be "
@@ -249,37 +254,51 @@ def _disjoint(a: Any, b: Any, root: Any) -> bool:
 # ----------------------------------------------------------------------------- satisfiability
 
 
-def _satisfiable(node: Any, root: Any, refs: frozenset[str], param: str) -> bool:
-    """Whether some finite JSON value satisfies ``node`` (a ``$ref`` already being expanded on this
-    path counts as unsatisfiable: a finite value never needs to expand one inside itself)."""
+def _satisfiable(schema: Any, param: str) -> bool:
+    """Whether some finite JSON value satisfies ``schema``: the local ``$ref`` pointers that can be
+    satisfied are found by a fixpoint (a ref counts once its target is satisfiable with the refs
+    known so far), so recursion without a way out is caught in time linear in refs x schema size."""
+    refs = sorted({node["$ref"] for _, node in _nodes(schema, "#", param, 0) if isinstance(node.get("$ref"), str)})
+    if len(refs) > _MAX_REFS:
+        raise APIError(400, f"{param}: {len(refs)} distinct $ref targets; the limit is {_MAX_REFS}",
+                       code="invalid_schema", param=param)
+    known: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for ref in refs:
+            if ref not in known and _satisfied(_resolve(ref, schema), known):
+                known.add(ref)
+                changed = True
+    return _satisfied(schema, known)
+
+
+def _satisfied(node: Any, known: set[str]) -> bool:
+    """:func:`_satisfiable` of one subschema, a ``$ref`` counting as satisfiable when in ``known``."""
     if isinstance(node, bool):
         return node
     if not isinstance(node, dict):
         return True
-    if len(refs) > _MAX_DEPTH:
-        raise APIError(400, f"{param}: $ref chain deeper than {_MAX_DEPTH}", code="invalid_schema", param=param)
-    ref = node.get("$ref")
-    if isinstance(ref, str):
-        return ref not in refs and _satisfiable(_resolve(ref, root), root, refs | {ref}, param)
+    if isinstance(node.get("$ref"), str):
+        return node["$ref"] in known
     if isinstance(node.get("enum"), list) and not node["enum"]:
         return False
     for key, need_all in (("allOf", True), ("anyOf", False), ("oneOf", False)):
         branches = node.get(key)
         if isinstance(branches, list) and branches:
-            results = (_satisfiable(b, root, refs, param) for b in branches)
+            results = (_satisfied(b, known) for b in branches)
             if not (all(results) if need_all else any(results)):
                 return False
     types = _types(node)
     if types is None or types - {"object", "array"}:
         return True  # a scalar type (or any type) always has some value
     properties = node.get("properties") if isinstance(node.get("properties"), dict) else {}
-    if "object" in types and all(_satisfiable(properties.get(name, True), root, refs, param)
-                                 for name in node.get("required") or () if isinstance(name, str)):
+    required = [name for name in node.get("required") or () if isinstance(name, str)]
+    if "object" in types and all(_satisfied(properties.get(name, True), known) for name in required):
         return True
     if "array" in types:
         prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
         wanted = node.get("minItems", 0) if isinstance(node.get("minItems"), int) else 0
         items = node.get("items", True)
-        schemas = [*prefix, *([items] * max(0, wanted - len(prefix)))][:wanted]
-        return all(_satisfiable(s, root, refs, param) for s in schemas)
+        return all(_satisfied(s, known) for s in [*prefix, *([items] * max(0, wanted - len(prefix)))][:wanted])
     return False

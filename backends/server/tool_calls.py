@@ -13,7 +13,7 @@ by constrained decoding (:class:`~backends.base.Constraint`):
 * Calls in the history (assistant ``tool_calls``, or a legacy ``function_call``) are shown to the
   model as the envelope it would have written; ``tool`` (and legacy ``function``) messages as their
   content.
-* Each tool's ``parameters`` sit under the envelope's ``$defs``, their own ``$ref``\ s rewritten to
+* Each tool's ``parameters`` sit under the envelope's ``$defs``, their own local ``$ref`` pointers rewritten to
   point there (:func:`schemas.relocate`), and are checked by :func:`schemas.check_enforceable` first.
 
 The reply is then given back in OpenAI's shape: ``tool_calls`` with ids, ``function.arguments`` as
@@ -78,7 +78,7 @@ ToolChoice = Literal["none", "auto", "required"] | str | None
 
 def _call_schema(tool: ToolSpec, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The envelope branch of one tool, and its parameters relocated under ``$defs`` (their own
-    ``$ref``\\ s then resolve against the tool's schema, not the envelope's root)."""
+    ``$ref`` pointers then resolve against the tool's schema, not the envelope's root)."""
     name = f"tool_{index}"
     params = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
     branch = {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": {"$ref": f"#/$defs/{name}"}},

@@ -57,7 +57,7 @@ def main() -> None:
     for i in range(args.sessions):
         try:
             state = app.invoke({"messages": [{"role": "user", "content": f"What is {i} plus 2, and is it sunny?"}]},
-                               {"recursion_limit": 8})
+                               {"recursion_limit": 6})
             outcomes.append(len(state["messages"]))
         except GraphRecursionError:
             outcomes.append("stopped at recursion_limit")

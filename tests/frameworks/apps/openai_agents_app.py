@@ -3,8 +3,9 @@ for the OpenAI Agents SDK as its docs show it, pointed at an OpenAI-compatible s
 
     python openai_agents_app.py --base-url http://127.0.0.1:8000/v1 [--api responses|chat] [--sessions N]
 
-``--api responses`` uses the SDK's default model class (the Responses API), ``chat`` the chat
-completions one. Each session runs once non-streamed and once streamed; a session that reaches
+The server is the SDK's default client (``set_default_openai_client``), so agents naming a model
+get the SDK's default model class: ``OpenAIResponsesModel`` (the Responses API) with ``--api
+responses``, ``OpenAIChatCompletionsModel`` with ``--api chat`` (``set_default_openai_api``). Each session runs once non-streamed and once streamed; a session that reaches
 ``max_turns`` has stopped at the framework's own limit and counts as done.
 """
 
@@ -13,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 
-from agents import (Agent, MaxTurnsExceeded, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner,
-                    function_tool, set_tracing_disabled)
+from agents import (Agent, MaxTurnsExceeded, ModelSettings, Runner, function_tool, set_default_openai_api,
+                    set_default_openai_client, set_tracing_disabled)
 from openai import AsyncOpenAI
 
 from app_args import app_parser, served_model
 
-MAX_TURNS = 4
+MAX_TURNS = 3
 
 
 @function_tool
@@ -33,15 +34,13 @@ def get_weather(city: str, days: int) -> str:
     return f"Sunny in {city} for the next {days} days."
 
 
-def build(client: AsyncOpenAI, model_name: str, api: str) -> Agent:
-    model_class = OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel
-    model = model_class(model=model_name, openai_client=client)
+def build(model: str) -> Agent:
     weather = Agent(name="weather", model=model, tools=[get_weather],
                     instructions="You answer weather questions. Call get_weather, then answer in one sentence.",
-                    model_settings=ModelSettings(tool_choice="required", max_tokens=128, temperature=0.7))
+                    model_settings=ModelSettings(tool_choice="required", max_tokens=96, temperature=0.7))
     return Agent(name="triage", model=model, handoffs=[weather],
                  instructions="You route questions. Hand every weather question to the weather agent.",
-                 model_settings=ModelSettings(tool_choice="required", max_tokens=128, temperature=0.7))
+                 model_settings=ModelSettings(tool_choice="required", max_tokens=96, temperature=0.7))
 
 
 async def session(triage: Agent, question: str, streamed: bool) -> str:
@@ -62,9 +61,10 @@ async def main() -> None:
     parser.add_argument("--api", choices=("responses", "chat"), default="responses")
     args = parser.parse_args()
     set_tracing_disabled(True)  # no network for the tracing exporter
-    client = AsyncOpenAI(base_url=args.base_url, api_key="unused", max_retries=0)
-    model_name = served_model(args)
-    triage = build(client, model_name, args.api)
+    set_default_openai_client(AsyncOpenAI(base_url=args.base_url, api_key="unused", max_retries=0),
+                              use_for_tracing=False)
+    set_default_openai_api("responses" if args.api == "responses" else "chat_completions")
+    triage = build(served_model(args))
     outcomes = []
     for i in range(args.sessions):
         for streamed in (False, True):
