@@ -38,7 +38,7 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
 
 
 class SGLangSamplingParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     max_new_tokens: int = Field(default=DEFAULT_MAX_NEW_TOKENS, ge=1)
     temperature: float = Field(default=1.0, ge=0.0)

@@ -81,6 +81,7 @@ CASES: list[tuple[str, str, Any, int, str]] = [
      "min_new_tokens"),
     ("generate-seed-65-bit", "/generate", {"text": "a", "sampling_params": {"sampling_seed": -(2**64)}}, 400,
      "sampling_seed"),
+    ("generate-temperature-nan", "/generate", b'{"text": "a", "sampling_params": {"temperature": NaN}}', 400, "NaN"),
     ("generate-max-new-tokens-zero", "/generate", {"text": "a", "sampling_params": {"max_new_tokens": 0}}, 400, "max_new_tokens"),
     ("generate-hint-negative", "/generate",
      {"text": "a", "sampling_params": {"custom_params": {"kvflow": {**GOOD_HINT, "steps": {"a": -1}}}}}, 400, "steps"),
