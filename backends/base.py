@@ -34,6 +34,7 @@ __all__ = [
     "EngineError",
     "RequestTooLarge",
     "EngineBusy",
+    "ConstraintError",
 ]
 
 FinishReason = Literal["stop", "length", "abort"]
@@ -49,6 +50,10 @@ class RequestTooLarge(EngineError):
 
 class EngineBusy(EngineError):
     """An operation that needs an idle engine (flushing its cache) met running requests."""
+
+
+class ConstraintError(EngineError):
+    """A request's :class:`Constraint` cannot be compiled, or accepts nothing (a 400 naming its field)."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,10 @@ class Constraint:
 
     ``spec`` is a JSON schema as JSON text (``json_schema``), a regular expression (``regex``) or an
     EBNF grammar in SGLang's (xgrammar's) dialect (``ebnf``); empty for ``json_object`` (any JSON
-    object). An engine that accepts a constrained request either returns output the constraint
-    accepts in full, or refuses the request up front (``max_tokens`` too small to finish one).
+    object). An engine that accepts a constrained request returns output the constraint accepts in
+    full (``finish_reason`` ``stop``), or, when ``max_tokens`` runs out first, a prefix of such output
+    (``length``), as OpenAI truncates; a constraint it cannot compile, or that accepts nothing, is a
+    :class:`ConstraintError`.
     """
 
     kind: ConstraintKind

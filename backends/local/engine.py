@@ -176,7 +176,7 @@ class Engine:
         grammar = None
         if request.constraint is not None:  # compiled off the event loop (and off the engine loop)
             self._validate(request)
-            grammar = await asyncio.to_thread(self.grammars.start, request.constraint, request.sampling.max_tokens)
+            grammar = await asyncio.to_thread(self.grammars.start, request.constraint)
         state, events = self._submit(request, grammar)
         finished = False
         try:
@@ -256,5 +256,6 @@ class Engine:
             "max_batch": cfg.max_batch,
             "chunk_tokens": cfg.chunk_tokens,
             "dtype": str(cfg.torch_dtype()).removeprefix("torch."),
-            "context_length": self.model_config.max_position,
+            # what _validate admits: a longer prompt (plus max_tokens) is refused, whatever the model's own limit
+            "context_length": min(cfg.cache.device_tokens, self.model_config.max_position),
         }

@@ -1,14 +1,16 @@
 """Constrained decoding with xgrammar: a :class:`~backends.base.Constraint` becomes a per-request
 token mask, applied to each step's logits before sampling.
 
-Budget: a reply must finish within ``max_tokens``. :class:`Grammars.start` computes a way to finish
+Budget: a reply should finish within ``max_tokens``. :class:`Grammars.start` computes a way to finish
 from the empty reply (the *closing path*: jump-forward strings, then the first allowed of ``EOS } ]
-" 0 , :`` ... at each step) and refuses a request whose ``max_tokens`` is shorter. While decoding,
-:meth:`TokenGrammar.advance` keeps the model's token only if the closing path from the state it leads
-to still fits in what is left; otherwise it takes the closing path's next token. So a constrained
-reply whose closing path exists always ends complete (``finish_reason`` ``stop``), even from a random
-model; a grammar whose closing path this search cannot find (e.g. a regex that no short string of
-those characters satisfies) is decoded best effort and may end on ``length``.
+" 0 , :`` ... at each step). While decoding, :meth:`TokenGrammar.advance` keeps the model's token only
+if the closing path from the state it leads to still fits in what is left; otherwise it takes the
+closing path's next token. So a constrained reply whose closing path fits always ends complete
+(``finish_reason`` ``stop``), even from a random model. One whose ``max_tokens`` is shorter than the
+shortest way to finish is truncated there and ends on ``length``, as OpenAI truncates (the reply is a
+prefix of a valid one); so is a grammar whose closing path this search cannot find (e.g. a regex
+that no short string of those characters satisfies), decoded best effort. A grammar that allows no
+first token at all (it accepts nothing) is refused up front with a :class:`ConstraintError`.
 
 JSON is generated compact (no free whitespace): a model cannot spend its budget on blank lines.
 """
@@ -16,12 +18,13 @@ JSON is generated compact (no free whitespace): a model cannot spend its budget 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from backends.base import Constraint, EngineError
+from backends.base import Constraint, ConstraintError, EngineError
 from backends.local.tokenizer import ChatTokenizer
 
 if TYPE_CHECKING:
@@ -32,6 +35,8 @@ __all__ = ["Grammars", "TokenGrammar"]
 _CLOSING_CHARS = '"}]0,:tfn[{1 '
 """Characters the closing path prefers, in order: close what is open, then the shortest values."""
 _MAX_CLOSING = 512
+_XGRAMMAR_LOG_HEAD = re.compile(r"^\s*\[[0-9:.]+\]\s+\S+?:\d+:\s*(Warning:\s*)?")
+"""xgrammar's log prefix on its exception messages (a timestamp and its C++ source file and line)."""
 _CHECK_MARGIN = 64
 """The model's own token is checked against the budget once fewer than this many tokens (plus the
 last closing length, times two) are left; before that one token cannot exhaust the budget."""
@@ -73,7 +78,7 @@ class Grammars:
             return self._compiler
 
     def compile(self, constraint: Constraint) -> Any:
-        """The compiled grammar; an invalid spec is an :class:`EngineError` naming the kind."""
+        """The compiled grammar; an invalid spec is a :class:`ConstraintError` naming the kind."""
         compiler = self._get_compiler()
         try:
             if constraint.kind == "json_object":
@@ -86,20 +91,24 @@ class Grammars:
             if constraint.kind == "ebnf":
                 return compiler.compile_grammar(constraint.spec)
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError with its parser's message
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise EngineError(f"invalid {constraint.kind}: {first}") from None
-        raise EngineError(f"unknown constraint kind {constraint.kind!r}")
+            raise ConstraintError(f"invalid {constraint.kind}: {_parser_message(exc)}") from None
+        raise ConstraintError(f"unknown constraint kind {constraint.kind!r}")
 
-    def start(self, constraint: Constraint, max_tokens: int) -> TokenGrammar:
-        """A fresh per-request grammar state; refuses ``max_tokens`` too small to finish a reply."""
+    def start(self, constraint: Constraint) -> TokenGrammar:
+        """A fresh per-request grammar state; a :class:`ConstraintError` for a grammar that accepts nothing."""
         import xgrammar as xgr
 
         grammar = TokenGrammar(xgr.GrammarMatcher(self.compile(constraint)), self, self._vocab_size)
-        needed = grammar.closing_length()
-        if needed is not None and needed > max_tokens:
-            raise EngineError(f"max_tokens is {max_tokens} but a reply in this {constraint.kind} format needs at "
-                              f"least {needed} tokens here; raise max_tokens")
+        if not grammar.can_start():
+            raise ConstraintError(f"this {constraint.kind} accepts no text at all, so nothing could be generated")
+        grammar.closing_length()  # sets the budget check's first estimate
         return grammar
+
+
+def _parser_message(exc: Exception) -> str:
+    """The first line of xgrammar's message, without its log prefix (time, C++ file and line)."""
+    text = str(exc).strip()
+    return _XGRAMMAR_LOG_HEAD.sub("", text.splitlines()[0]).strip() if text else type(exc).__name__
 
 
 # xgrammar 0.2.7 writes a length-bounded string's characters (maxLength/minLength) as any character
@@ -166,6 +175,10 @@ class TokenGrammar:
         if not self._matcher.accept_token(token):
             raise EngineError(f"token {token} does not match the grammar")
         return token
+
+    def can_start(self) -> bool:
+        """Whether the grammar allows a first token (or the empty reply)."""
+        return self._matcher.is_terminated() or bool(self._allowed(self._matcher).any())
 
     def _allowed(self, matcher: Any) -> torch.Tensor:
         return self._masked(matcher, torch.zeros(self._bitmask.shape[-1] * 32)) > float("-inf")

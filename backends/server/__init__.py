@@ -3,11 +3,11 @@
     from backends.server import create_app
     app = create_app(engine, api_key="secret")     # a FastAPI app; serve it with uvicorn
 
-Routes: ``/v1/chat/completions`` (SSE streaming), ``/v1/completions``, ``/v1/models``, ``/generate``,
+Routes: ``/v1/chat/completions`` (SSE streaming), ``/v1/completions``, ``/v1/responses``, ``/v1/models``, ``/generate``,
 ``/kvflow/v1/info``, ``/kvflow/v1/steps``, ``/kvflow/v1/stats``, ``/health``, ``/metrics``, and the worker
 routes a gateway probes (``/version``, ``/model_info``, ``/server_info``, ``/v1/loads``, ``/get_load``,
 ``/health_generate``, ``/flush_cache``; see :mod:`backends.server.worker_routes`).
-Every error is ``{"error": {"message", "type", "code"}}`` with a 4xx/5xx status.
+Every error is ``{"error": {"message", "type", "param", "code"}}`` with a 4xx/5xx status.
 """
 
 from __future__ import annotations

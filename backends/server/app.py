@@ -22,6 +22,7 @@ from backends.server.limits import BodySizeLimit, ServerLimits
 from backends.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 from backends.server.openai_routes import openai_router
 from backends.server.openapi import install_openapi
+from backends.server.responses_routes import responses_router
 from backends.server.serving import RequestObserver, ServerContext
 from backends.server.worker_routes import worker_router
 
@@ -67,7 +68,8 @@ def create_app(
 
     app = FastAPI(title="kvflow", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
-    routers = [openai_router(ctx), generate_router(ctx), kvflow_router(ctx, on_steps), worker_router(ctx)]
+    routers = [openai_router(ctx), responses_router(ctx), generate_router(ctx), kvflow_router(ctx, on_steps),
+               worker_router(ctx)]
     if debug_routes:
         routers.append(debug_router(ctx))
     for router in routers:

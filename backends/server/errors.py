@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Send
 
-from backends.base import EngineError, RequestTooLarge
+from backends.base import ConstraintError, EngineError, RequestTooLarge
 from kvflow_orch.protocol import HintError
 
 __all__ = [
@@ -71,25 +71,38 @@ async def send_error(send: Send, error: APIError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def from_validation_error(exc: ValidationError, *, prefix: str = "") -> APIError:
-    """422 whose message names every offending field (``messages.0.role: ...``)."""
+def from_validation_error(exc: ValidationError, *, prefix: str = "", status: int = 400) -> APIError:
+    """A 400 (what OpenAI, vLLM and SGLang answer) whose message names every offending field
+    (``messages.0.role: ...``) and whose ``param`` is the first of them."""
     parts, params = [], []
     for err in exc.errors(include_url=False):
         if err["type"] == "json_invalid":
             return APIError(400, f"request body is not valid JSON: {err['msg']}", code="invalid_json")
         loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
-        parts.append(f"{loc or 'body'}: {err['msg']}")
+        parts.append(f"{loc or 'body'}: {_message(err)}")
         params.append(loc or None)
-    return APIError(422, "; ".join(parts), code="invalid_value", param=params[0] if params else None)
+    return APIError(status, "; ".join(parts), code="invalid_value", param=params[0] if params else None)
 
 
-def from_engine_error(exc: Exception, *, prompt_field: str | None = None) -> APIError:
-    """``prompt_field``: the request's prompt field, named by a context-length error."""
+def _message(err: Any) -> str:
+    if err["type"] == "finite_number":  # JSON's NaN / Infinity literals (Python's json writes them)
+        value = err.get("input")
+        return f"{'NaN' if value != value else value} is not allowed; send a finite number"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+def from_engine_error(exc: Exception, *, prompt_field: str | None = None,
+                      constraint_field: str | None = None) -> APIError:
+    """``prompt_field``: the request's prompt field, named by a context-length error;
+    ``constraint_field``: the field its constraint came from, named by a grammar error."""
+    if isinstance(exc, ConstraintError):
+        where = f"{constraint_field}: " if constraint_field else ""
+        return APIError(400, f"{where}{exc}", code="unsupported_schema", param=constraint_field)
     if isinstance(exc, RequestTooLarge):
         # What OpenAI answers for a prompt (plus max_tokens) over the context: clients catch it as a 400.
         return APIError(400, str(exc), code="context_length_exceeded", param=prompt_field)
     if isinstance(exc, HintError):
-        return APIError(422, str(exc), code="invalid_hint", param="custom_params.kvflow")
+        return APIError(400, str(exc), code="invalid_hint", param="custom_params.kvflow")
     if isinstance(exc, (EngineError, ValueError)):
         return APIError(400, str(exc), code="invalid_request")
     log.exception("request failed inside the engine", exc_info=exc)

@@ -12,6 +12,7 @@ of ``input_ids``. Streams send cumulative ``text`` in every event, as SGLang doe
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Iterable
 
@@ -20,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from backends.base import Constraint, GenerateRequest, GenerateResult, StreamEvent
+from backends.server import schemas
 from backends.server.serving import ServerContext, complete, open_stream, parse_body, read_hint, sse_response
 
 __all__ = ["GenerateBody", "SGLangSamplingParams", "generate_router", "meta_info"]
@@ -36,7 +38,7 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
 
 
 class SGLangSamplingParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     max_new_tokens: int = Field(default=DEFAULT_MAX_NEW_TOKENS, ge=1)
     temperature: float = Field(default=1.0, ge=0.0)
@@ -124,6 +126,19 @@ def meta_info(rid: str, result: GenerateResult) -> dict[str, Any]:
     }
 
 
+def _check_schema_text(text: str) -> None:
+    try:
+        schema = json.loads(text)
+    except ValueError:
+        return  # the grammar compiler's own "not JSON" message, with the field named
+    schemas.check_enforceable(schema, "sampling_params.json_schema")
+
+
+def _constraint_field(sp: SGLangSamplingParams) -> str | None:
+    constraint = sp.constraint()
+    return None if constraint is None else f"sampling_params.{constraint.kind}"
+
+
 def generate_router(ctx: ServerContext) -> APIRouter:
     router = APIRouter()
 
@@ -131,6 +146,8 @@ def generate_router(ctx: ServerContext) -> APIRouter:
     async def generate(request: Request) -> Response:
         body = await parse_body(request, GenerateBody)
         sp = body.sampling_params
+        if sp.json_schema is not None:
+            _check_schema_text(sp.json_schema)
         hint = read_hint({"sampling_params": {"custom_params": sp.custom_params}}, route="generate")
         fixed = hint.fixed_prefix if hint is not None else None
         prompt = body.text if body.text is not None else body.input_ids  # one unbatched prompt (validated)
@@ -147,7 +164,7 @@ def generate_router(ctx: ServerContext) -> APIRouter:
                                **({"request_id": body.rid} if body.rid else {}))
         ctx.submit("generate", greq)
         if not body.stream:
-            result = await complete(request, ctx, greq, "text")
+            result = await complete(request, ctx, greq, "text", _constraint_field(sp))
             return JSONResponse({"text": result.text, "output_ids": list(result.output_ids),
                                  "meta_info": meta_info(greq.request_id, result)})
         text, ids = "", []
@@ -166,6 +183,6 @@ def generate_router(ctx: ServerContext) -> APIRouter:
                        "meta_info": {"id": greq.request_id, "completion_tokens": len(ids), "finish_reason": None,
                                      "e2e_latency": time.perf_counter() - started}}
 
-        return sse_response(*await open_stream(request, ctx, greq, "text"), render)
+        return sse_response(*await open_stream(request, ctx, greq, "text", _constraint_field(sp)), render)
 
     return router

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 
 from backends.server.serving import ServerContext, parse_body
 from kvflow_orch.protocol import CUSTOM_PARAMS, INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, StepsUpdate
+from kvflow_orch.protocol.wire import RESPONSES_HINT_LOCATIONS
 
 __all__ = ["kvflow_router", "SERVER_API_VERSION"]
 
@@ -24,11 +25,12 @@ def kvflow_router(ctx: ServerContext, steps_observer: StepsObserver | None = Non
 
     @router.api_route(INFO_ROUTE, methods=["GET", "HEAD"])
     async def info() -> dict[str, Any]:
-        return {**ctx.engine.info(), "api": SERVER_API_VERSION, "hints": {"openai": [CUSTOM_PARAMS]}}
+        hints = {"openai": [CUSTOM_PARAMS], "responses": list(RESPONSES_HINT_LOCATIONS)}
+        return {**ctx.engine.info(), "api": SERVER_API_VERSION, "hints": hints}
 
     @router.post(STEPS_ROUTE)
     async def steps(request: Request) -> dict[str, Any]:
-        update = await parse_body(request, StepsUpdate)
+        update = await parse_body(request, StepsUpdate, status=422)  # the protocol's status, on every backend
         if steps_observer is not None:
             steps_observer(update)
         ctx.engine.apply_steps(update)

@@ -1,7 +1,7 @@
 """Size limits on what a client may send, and the middleware that enforces the body size (413).
 
 Limits on the *content* (``max_tokens``, message count, stop strings) are checked while parsing and
-answered with 422 naming the field; hint limits (agents per steps map, name lengths) live in
+answered with 400 naming the field; hint limits (agents per steps map, name lengths) live in
 :mod:`kvflow_orch.protocol` so every backend applies the same ones.
 """
 
@@ -21,7 +21,7 @@ class ServerLimits:
     max_body_bytes: int = 4 * 1024 * 1024
     """Largest request body accepted; larger ones get 413 before they are parsed."""
     max_tokens: int = 32_768
-    """Upper bound on ``max_tokens``/``max_new_tokens``; above it the request is rejected (422)."""
+    """Upper bound on ``max_tokens``/``max_new_tokens``; above it the request is rejected (400)."""
     max_messages: int = 1_024
     """Most chat messages in one request."""
     max_stop: int = 16

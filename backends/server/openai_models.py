@@ -1,9 +1,10 @@
 """Request and response models of the OpenAI-compatible routes (``/v1/chat/completions``,
 ``/v1/completions``, ``/v1/models``).
 
-Requests are parsed strictly (a string where a number belongs is a 422 naming the field); fields
-OpenAI clients send that the engine has no use for are ignored, but non-text content parts are
-rejected rather than silently dropped. Every sampling option a request may carry is implemented:
+Requests are parsed strictly (a string where a number belongs is a 400 naming the field); ``null``
+for an optional field means its default, as on OpenAI; NaN and infinities are refused by name.
+Fields OpenAI clients send that the engine has no use for are ignored, but non-text content parts
+are rejected rather than silently dropped. Every sampling option a request may carry is implemented:
 ``logprobs``/``top_logprobs``, ``presence_penalty``, ``frequency_penalty``, ``repetition_penalty``,
 ``logit_bias``, ``top_k``, ``min_p`` and ``n`` (one engine request per choice). The kvflow hint rides in the top-level
 ``custom_params.kvflow`` (see :mod:`kvflow_orch.protocol`).
@@ -15,11 +16,12 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from backends.base import GenerateResult, SamplingParams, TokenLogprob
 
 __all__ = [
+    "LenientModel",
     "ChatMessage",
     "ChatCompletionRequest",
     "Tool",
@@ -46,23 +48,36 @@ MAX_TOP_LOGPROBS = 20
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # OpenAI's seed is a signed 64-bit integer
 
 
-class _Lenient(BaseModel):
-    """Ignores unknown fields (OpenAI clients send many), validates known ones strictly."""
+class LenientModel(BaseModel):
+    """Ignores unknown fields (OpenAI clients send many), validates known ones strictly; ``null``
+    for a field that has a default means that default (OpenAI's reading of ``"temperature": null``)."""
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        nulls = {key for key, value in data.items() if value is None}
+        if not nulls:
+            return data
+        defaulted = {f.alias or name for name, f in cls.model_fields.items()
+                     if not f.is_required() and f.default is not None}
+        return {key: value for key, value in data.items() if key not in nulls & defaulted}
 
 
-class TextPart(_Lenient):
+class TextPart(LenientModel):
     type: Literal["text"]
     text: str
 
 
-class ToolCallFunction(_Lenient):
+class ToolCallFunction(LenientModel):
     name: str
     arguments: str
 
 
-class ToolCall(_Lenient):
+class ToolCall(LenientModel):
     """A call in an assistant message of the history (``function.arguments`` is JSON text)."""
 
     id: str | None = None
@@ -70,11 +85,19 @@ class ToolCall(_Lenient):
     function: ToolCallFunction
 
 
-class ChatMessage(_Lenient):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+class ChatMessage(LenientModel):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    """``function``: the legacy form of a tool result (``name`` + ``content``), read as ``tool``."""
     content: str | list[TextPart] | None = None
     tool_calls: list[ToolCall] | None = None
+    function_call: ToolCallFunction | None = None
+    """The legacy form of an assistant's single call, read as one entry of ``tool_calls``."""
     tool_call_id: str | None = None
+    name: str | None = None
+
+    def calls(self) -> list[ToolCall]:
+        legacy = [ToolCall(function=self.function_call)] if self.function_call is not None else []
+        return [*(self.tool_calls or []), *legacy]
 
     def text(self) -> str:
         if self.content is None:
@@ -84,19 +107,21 @@ class ChatMessage(_Lenient):
         return "".join(part.text for part in self.content)
 
 
-class StreamOptions(_Lenient):
+class StreamOptions(LenientModel):
     include_usage: bool = False
 
 
-class SamplingFields(_Lenient):
+class SamplingFields(LenientModel):
     """Fields shared by chat and text completions."""
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_p: float = Field(default=1.0, ge=0.0, le=1.0)
+    """0 keeps only the most likely token: greedy, as OpenAI reads it (vLLM refuses 0)."""
     seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
     stop: str | list[str] | None = None
+    """Empty strings are refused, as vLLM refuses them (one would end every reply at once)."""
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1, le=MAX_N)
@@ -109,6 +134,13 @@ class SamplingFields(_Lenient):
     top_k: int = Field(default=0, ge=-1)
     """0 or -1: no limit (vLLM and SGLang use -1)."""
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        if stop == "" or (isinstance(stop, list) and "" in stop):
+            raise ValueError("stop strings must not be empty")
+        return stop
 
     @field_validator("logit_bias")
     @classmethod
@@ -133,6 +165,10 @@ class SamplingFields(_Lenient):
             "logprobs": self.top_logprobs_wanted(),
         }
 
+    def decoding(self) -> tuple[float, float]:
+        """``(temperature, top_p)`` as the engine takes them: ``top_p`` 0 is greedy decoding."""
+        return (0.0, 1.0) if self.top_p == 0 else (self.temperature, self.top_p)
+
     def wants_usage_chunk(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
@@ -140,35 +176,35 @@ class SamplingFields(_Lenient):
         return self.max_tokens
 
 
-class FunctionDef(_Lenient):
+class FunctionDef(LenientModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class Tool(_Lenient):
+class Tool(LenientModel):
     type: Literal["function"]
     function: FunctionDef
 
 
-class NamedFunction(_Lenient):
+class NamedFunction(LenientModel):
     name: str
 
 
-class NamedToolChoice(_Lenient):
+class NamedToolChoice(LenientModel):
     type: Literal["function"]
     function: NamedFunction
 
 
-class JSONSchemaFormat(_Lenient):
+class JSONSchemaFormat(LenientModel):
     name: str = "response"
     description: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
-class ResponseFormat(_Lenient):
+class ResponseFormat(LenientModel):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JSONSchemaFormat | None = None
 
@@ -181,6 +217,16 @@ class ChatCompletionRequest(SamplingFields):
     response_format: ResponseFormat | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    functions: Any = None
+    function_call: Any = None
+
+    @field_validator("functions", "function_call")
+    @classmethod
+    def _no_legacy_functions(cls, value: Any, info: Any) -> Any:
+        if value is not None:
+            raise ValueError(f"the legacy {info.field_name} field is not supported; send tools and tool_choice "
+                             "(role 'function' messages in the history are accepted)")
+        return value
 
     @field_validator("top_logprobs")
     @classmethod
@@ -316,9 +362,10 @@ def usage_chunk(id_: str, object_: str, model: str, result: GenerateResult,
     return {**_envelope(id_, object_, model, []), "usage": usage(result, fixed_prefix_tokens=fixed_prefix_tokens)}
 
 
-def model_card(model: str, created: int) -> dict[str, Any]:
-    return {"id": model, "object": "model", "created": created, "owned_by": "kvflow"}
+def model_card(model: str, created: int, max_model_len: int | None) -> dict[str, Any]:
+    """``max_model_len`` (vLLM's name): the longest prompt plus reply the server admits."""
+    return {"id": model, "object": "model", "created": created, "owned_by": "kvflow", "max_model_len": max_model_len}
 
 
-def model_list(model: str, created: int) -> dict[str, Any]:
-    return {"object": "list", "data": [model_card(model, created)]}
+def model_list(model: str, created: int, max_model_len: int | None) -> dict[str, Any]:
+    return {"object": "list", "data": [model_card(model, created, max_model_len)]}

@@ -23,13 +23,14 @@ from backends.server.serving import (ServerContext, checked_encoding, complete_a
                                      read_hint, sse_response)
 from kvflow_orch.protocol import KVFlowHint
 
-__all__ = ["openai_router"]
+__all__ = ["openai_router", "served_model", "engine_request", "encode_conversation", "CHAT_DEFAULT_MAX_TOKENS"]
 
 CHAT_DEFAULT_MAX_TOKENS = 256
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
-def _check_model(ctx: ServerContext, name: str | None) -> str:
+def served_model(ctx: ServerContext, name: str | None) -> str:
+    """The engine's model name; a 404 naming what is served for a ``model`` this server does not serve."""
     if name is not None and name not in ctx.model_names:
         served = ", ".join(sorted(ctx.model_names))
         raise APIError(404, f"model {name!r} is not served here; available: {served}", code="model_not_found",
@@ -37,15 +38,31 @@ def _check_model(ctx: ServerContext, name: str | None) -> str:
     return ctx.engine.model_name
 
 
-def _request(ctx: ServerContext, body: api.SamplingFields, encoded: EncodedPrompt, hint: KVFlowHint | None,
-             default_max_tokens: int, field: str) -> GenerateRequest:
+def engine_request(ctx: ServerContext, body: api.SamplingFields, encoded: EncodedPrompt, hint: KVFlowHint | None,
+                   default_max_tokens: int, field: str) -> GenerateRequest:
+    temperature, top_p = body.decoding()
     sampling = ctx.sampling(
         max_tokens=body.requested_max_tokens(), default_max_tokens=default_max_tokens, field=field,
-        temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stop,
+        temperature=temperature, top_p=top_p, seed=body.seed, stop=body.stop,
         ignore_eos=body.ignore_eos, **body.sampling_options(),
     )
     return GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
                            fixed_prefix_tokens=encoded.fixed_prefix_tokens)
+
+
+def encode_conversation(ctx: ServerContext, history: list[api.ChatMessage], hint: KVFlowHint | None,
+                        plan: tool_calls.ChatPlan, field: str) -> EncodedPrompt:
+    """``history`` through the chat template, the hint's ``fixed_prefix`` (leading messages) marking
+    the agent's fixed part; ``field`` is the conversation's request field, named by its errors."""
+    if len(history) > ctx.limits.max_messages:
+        raise APIError(400, f"{field}: {len(history)} messages; the limit is {ctx.limits.max_messages}",
+                       code="invalid_value", param=field)
+    fixed = hint.fixed_prefix if hint is not None else None
+    if fixed is not None and fixed > len(history):
+        raise APIError(400, f"custom_params.kvflow.fixed_prefix: {fixed} exceeds the {len(history)} "
+                       "messages sent", code="invalid_hint", param="custom_params.kvflow.fixed_prefix")
+    messages = tool_calls.render_messages(history, plan)
+    return checked_encoding(lambda: ctx.engine.tokenizer.encode_chat(messages, fixed_messages=fixed))
 
 
 def _render_calls(id_: str, model: str, calls: tool_calls.ToolCallStream, event: StreamEvent,
@@ -83,35 +100,27 @@ def openai_router(ctx: ServerContext) -> APIRouter:
 
     @router.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models() -> dict[str, Any]:
-        return api.model_list(ctx.engine.model_name, created)
+        return api.model_list(ctx.engine.model_name, created, ctx.engine.info().get("context_length"))
 
     @router.api_route("/v1/models/{model_id:path}", methods=["GET", "HEAD"])
     async def model(model_id: str) -> dict[str, Any]:
-        _check_model(ctx, model_id)
-        return api.model_card(model_id, created)
+        served_model(ctx, model_id)
+        return api.model_card(model_id, created, ctx.engine.info().get("context_length"))
 
     @router.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         body = await parse_body(request, api.ChatCompletionRequest)
-        model = _check_model(ctx, body.model)
-        if len(body.messages) > ctx.limits.max_messages:
-            raise APIError(422, f"messages: {len(body.messages)} messages; the limit is {ctx.limits.max_messages}",
-                           code="invalid_value", param="messages")
+        model = served_model(ctx, body.model)
         hint = read_hint({"custom_params": body.custom_params})
-        fixed = hint.fixed_prefix if hint is not None else None
-        if fixed is not None and fixed > len(body.messages):
-            raise APIError(422, f"custom_params.kvflow.fixed_prefix: {fixed} exceeds the {len(body.messages)} "
-                           "messages sent", code="invalid_hint", param="custom_params.kvflow.fixed_prefix")
         plan = tool_calls.plan_chat(body)
-        messages = tool_calls.render_messages(body, plan)
-        encoded = checked_encoding(lambda: ctx.engine.tokenizer.encode_chat(messages, fixed_messages=fixed))
+        encoded = encode_conversation(ctx, body.messages, hint, plan, "messages")
         field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-        greq = _request(ctx, body, encoded, hint, CHAT_DEFAULT_MAX_TOKENS, field)
+        greq = engine_request(ctx, body, encoded, hint, CHAT_DEFAULT_MAX_TOKENS, field)
         greqs = _choices(ctx, "chat", body, dataclasses.replace(greq, constraint=plan.constraint))
         greq, decode, fixed_tokens = greqs[0], ctx.engine.tokenizer.decode, encoded.fixed_prefix_tokens
         id_ = api.completion_id("chatcmpl")
         if not body.stream:
-            results = await complete_all(request, ctx, greqs, "messages")
+            results = await complete_all(request, ctx, greqs, "messages", plan.constraint_param)
             reply = api.chat_completion(id_, model, results, decode, fixed_tokens)
             if plan.envelope:
                 for choice, result in zip(reply["choices"], results):
@@ -137,16 +146,16 @@ def openai_router(ctx: ServerContext) -> APIRouter:
                 if body.wants_usage_chunk():
                     yield api.usage_chunk(id_, "chat.completion.chunk", model, event.result, fixed_tokens)
 
-        return sse_response(*await open_stream(request, ctx, greq, "messages"), render)
+        return sse_response(*await open_stream(request, ctx, greq, "messages", plan.constraint_param), render)
 
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
         body = await parse_body(request, api.CompletionRequest)
-        model = _check_model(ctx, body.model)
+        model = served_model(ctx, body.model)
         hint = read_hint({"custom_params": body.custom_params})
         fixed = hint.fixed_prefix if hint is not None else None
         encoded = ctx.encode_prompt(body.prompt, fixed, "prompt")
-        greqs = _choices(ctx, "completions", body, _request(ctx, body, encoded, hint, COMPLETION_DEFAULT_MAX_TOKENS,
+        greqs = _choices(ctx, "completions", body, engine_request(ctx, body, encoded, hint, COMPLETION_DEFAULT_MAX_TOKENS,
                                                             "max_tokens"))
         greq, decode, fixed_tokens = greqs[0], ctx.engine.tokenizer.decode, encoded.fixed_prefix_tokens
         id_ = api.completion_id("cmpl")

@@ -17,6 +17,8 @@ from pydantic import BaseModel
 
 from backends.server.generate_routes import GenerateBody
 from backends.server.openai_models import ChatCompletionRequest, CompletionRequest
+from backends.server.responses_models import ResponsesRequest
+from backends.server.responses_routes import RESPONSES_ROUTE
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 from kvflow_orch.protocol.wire import STEPS_ROUTE
 
@@ -25,10 +27,11 @@ __all__ = ["install_openapi"]
 _BODIES: dict[str, type[BaseModel]] = {
     "/v1/chat/completions": ChatCompletionRequest,
     "/v1/completions": CompletionRequest,
+    RESPONSES_ROUTE: ResponsesRequest,
     "/generate": GenerateBody,
     STEPS_ROUTE: StepsUpdate,
 }
-_STREAMING = frozenset({"/v1/chat/completions", "/v1/completions", "/generate"})
+_STREAMING = frozenset({"/v1/chat/completions", "/v1/completions", RESPONSES_ROUTE, "/generate"})
 _REF = "#/components/schemas/{model}"
 
 _ERROR = {

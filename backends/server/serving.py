@@ -25,7 +25,7 @@ from backends.server.limits import ServerLimits
 from kvflow_orch.protocol import HintError, KVFlowHint, extract_hint
 
 __all__ = ["ServerContext", "parse_body", "read_hint", "checked_encoding", "until_disconnect", "complete",
-           "complete_all", "open_stream", "sse_response"]
+           "complete_all", "open_stream", "sse_response", "SSEForm"]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -51,23 +51,23 @@ class ServerContext:
         ``options``: further :class:`SamplingParams` fields (penalties, top_k, logprobs...)."""
         tokens = default_max_tokens if max_tokens is None else max_tokens
         if tokens > self.limits.max_tokens:
-            raise APIError(422, f"{field}: {tokens} exceeds the server limit of {self.limits.max_tokens}",
+            raise APIError(400, f"{field}: {tokens} exceeds the server limit of {self.limits.max_tokens}",
                            code="invalid_value", param=field)
         try:
             params = SamplingParams(max_tokens=tokens, temperature=temperature, top_p=top_p, seed=seed,
                                     stop=stop, ignore_eos=ignore_eos, **options)  # type: ignore[arg-type]
         except ValueError as exc:
-            raise APIError(422, str(exc), code="invalid_value", param=str(exc).split(" ", 1)[0]) from None
+            raise APIError(400, str(exc), code="invalid_value", param=str(exc).split(" ", 1)[0]) from None
         self.check_token_ids(tuple(token for token, _ in params.logit_bias), "logit_bias")
         if len(params.stop) > self.limits.max_stop:
-            raise APIError(422, f"stop: {len(params.stop)} stop strings; the limit is {self.limits.max_stop}",
+            raise APIError(400, f"stop: {len(params.stop)} stop strings; the limit is {self.limits.max_stop}",
                            code="invalid_value", param="stop")
         return params
 
     def check_token_ids(self, ids: tuple[int, ...], field: str) -> None:
         vocab = getattr(self.engine.tokenizer, "vocab_size", None)
         if vocab is not None and ids and max(ids) >= vocab:
-            raise APIError(422, f"{field}: token id {max(ids)} is outside the vocabulary (size {vocab})",
+            raise APIError(400, f"{field}: token id {max(ids)} is outside the vocabulary (size {vocab})",
                            code="invalid_value", param=field)
 
     def encode_prompt(self, prompt: str | Sequence[int], fixed: int | None, field: str) -> EncodedPrompt:
@@ -84,18 +84,18 @@ class ServerContext:
         return request
 
 
-async def parse_body(request: Request, model: type[M]) -> M:
-    """Read and validate a JSON body: 400 for bytes that are not JSON (or not an object), 422 naming
-    the field for anything else."""
+async def parse_body(request: Request, model: type[M], *, status: int = 400) -> M:
+    """Read and validate a JSON body: 400 for bytes that are not JSON, ``status`` naming the field
+    for anything else (400, as OpenAI answers; kvflow's own steps route keeps the protocol's 422)."""
     raw = await request.body()
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        raise from_validation_error(exc) from None
+        raise from_validation_error(exc, status=status) from None
 
 
 def read_hint(body: Mapping[str, Any], *, route: str = "openai") -> KVFlowHint | None:
-    """The request's kvflow hint (``None`` without one); a malformed hint is a 422 naming the field."""
+    """The request's kvflow hint (``None`` without one); a malformed hint is a 400 naming the field."""
     try:
         return extract_hint(body, route=route)
     except HintError as exc:
@@ -138,28 +138,24 @@ async def until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
     return work.result()
 
 
-async def complete(request: Request, ctx: ServerContext, greq: GenerateRequest,
-                   prompt_field: str | None = None) -> GenerateResult:
-    """``prompt_field`` names the prompt's field in a context-length error."""
-    try:
-        return await until_disconnect(request, ctx.engine.generate(greq))
-    except (ClientDisconnected, APIError):
-        raise
-    except Exception as exc:
-        raise from_engine_error(exc, prompt_field=prompt_field) from None
+async def complete(request: Request, ctx: ServerContext, greq: GenerateRequest, prompt_field: str | None = None,
+                   constraint_field: str | None = None) -> GenerateResult:
+    """``prompt_field`` names the prompt's field in a context-length error, ``constraint_field`` the
+    field of the request's constraint in a grammar error."""
+    return (await complete_all(request, ctx, [greq], prompt_field, constraint_field))[0]
 
 
 async def complete_all(request: Request, ctx: ServerContext, greqs: Sequence[GenerateRequest],
-                       prompt_field: str | None = None) -> list[GenerateResult]:
+                       prompt_field: str | None = None, constraint_field: str | None = None) -> list[GenerateResult]:
     """:func:`complete` for several requests at once (the choices of ``n > 1``); one failing fails all."""
-    if len(greqs) == 1:
-        return [await complete(request, ctx, greqs[0], prompt_field)]
+    work = ctx.engine.generate(greqs[0]) if len(greqs) == 1 else asyncio.gather(*(ctx.engine.generate(g) for g in greqs))
     try:
-        return list(await until_disconnect(request, asyncio.gather(*(ctx.engine.generate(g) for g in greqs))))
+        result = await until_disconnect(request, work)
     except (ClientDisconnected, APIError):
         raise
     except Exception as exc:
-        raise from_engine_error(exc, prompt_field=prompt_field) from None
+        raise from_engine_error(exc, prompt_field=prompt_field, constraint_field=constraint_field) from None
+    return [result] if len(greqs) == 1 else list(result)
 
 
 async def _aclose(events: AsyncIterator[StreamEvent]) -> None:
@@ -172,7 +168,8 @@ async def _aclose(events: AsyncIterator[StreamEvent]) -> None:
 
 
 async def open_stream(
-    request: Request, ctx: ServerContext, greq: GenerateRequest, prompt_field: str | None = None
+    request: Request, ctx: ServerContext, greq: GenerateRequest, prompt_field: str | None = None,
+    constraint_field: str | None = None,
 ) -> tuple[StreamEvent, AsyncIterator[StreamEvent]]:
     """Start a stream and wait for its first event, so that a request the engine refuses
     (too large, invalid) still gets a proper HTTP status instead of a 200 with an in-band error."""
@@ -185,38 +182,56 @@ async def open_stream(
             raise
         if isinstance(exc, StopAsyncIteration):
             exc = RuntimeError("the engine ended the stream without a result")
-        raise from_engine_error(exc, prompt_field=prompt_field) from None
+        raise from_engine_error(exc, prompt_field=prompt_field, constraint_field=constraint_field) from None
     return first, events
 
 
-def _data(payload: Any) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+def _data(payload: Any, named: bool) -> bytes:
+    head = f"event: {payload['type']}\n".encode() if named and isinstance(payload, dict) and "type" in payload else b""
+    return head + b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _error_payload(error: APIError) -> Any:
+    return error_body(error.message, error.type, error.code, error.param)
 
 
 async def _sse_body(
-    first: StreamEvent, events: AsyncIterator[StreamEvent], render: Callable[[StreamEvent], Iterable[Any]]
+    first: StreamEvent, events: AsyncIterator[StreamEvent], render: Callable[[StreamEvent], Iterable[Any]],
+    form: SSEForm,
 ) -> AsyncIterator[bytes]:
     try:
         for payload in render(first):
-            yield _data(payload)
+            yield _data(payload, form.named)
         if first.result is None:
             async for event in events:
                 for payload in render(event):
-                    yield _data(payload)
+                    yield _data(payload, form.named)
     except Exception as exc:
         error = exc if isinstance(exc, APIError) else from_engine_error(exc)
-        yield _data(error_body(error.message, error.type, error.code, error.param))
+        yield _data(form.error(error), form.named)
     finally:
         await _aclose(events)
-    yield b"data: [DONE]\n\n"
+    if form.done:
+        yield b"data: [DONE]\n\n"
+
+
+@dataclass(frozen=True)
+class SSEForm:
+    """How a route's events are framed: ``named`` adds an ``event:`` line (the payload's ``type``),
+    ``done`` ends with ``data: [DONE]`` (chat and completions), ``error`` renders an in-band error."""
+
+    named: bool = False
+    done: bool = True
+    error: Callable[[APIError], Any] = _error_payload
 
 
 def sse_response(
-    first: StreamEvent, events: AsyncIterator[StreamEvent], render: Callable[[StreamEvent], Iterable[Any]]
+    first: StreamEvent, events: AsyncIterator[StreamEvent], render: Callable[[StreamEvent], Iterable[Any]],
+    form: SSEForm = SSEForm(),
 ) -> StreamingResponse:
-    """``text/event-stream`` of ``render(event)`` payloads, ending with ``data: [DONE]``."""
+    """``text/event-stream`` of ``render(event)`` payloads, framed as ``form`` says."""
     return StreamingResponse(
-        _sse_body(first, events, render),
+        _sse_body(first, events, render, form),
         media_type="text/event-stream",
         headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
     )

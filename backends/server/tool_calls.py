@@ -1,4 +1,5 @@
-"""Tools and structured output on ``/v1/chat/completions``, for models without a tool-call template.
+"""Tools and structured output on ``/v1/chat/completions`` and ``/v1/responses``, for models without
+a tool-call template.
 
 The embedded engine has no model-specific tool format, so tools work the same way for every model,
 by constrained decoding (:class:`~backends.base.Constraint`):
@@ -9,8 +10,11 @@ by constrained decoding (:class:`~backends.base.Constraint`):
   call; ``arguments`` valid against the tool's ``parameters``) or, with ``tool_choice="auto"`` only,
   ``{"content": "<text>"}`` (a plain answer). ``"required"`` allows any tool, a named choice that tool
   only, ``"none"`` no call and no envelope (the tools are not shown). One call per reply at most.
-* Calls in the history (assistant ``tool_calls``) are shown to the model as the envelope it would have
-  written; ``tool`` messages as their content.
+* Calls in the history (assistant ``tool_calls``, or a legacy ``function_call``) are shown to the
+  model as the envelope it would have written; ``tool`` (and legacy ``function``) messages as their
+  content.
+* Each tool's ``parameters`` sit under the envelope's ``$defs``, their own local ``$ref`` pointers rewritten to
+  point there (:func:`schemas.relocate`), and are checked by :func:`schemas.check_enforceable` first.
 
 The reply is then given back in OpenAI's shape: ``tool_calls`` with ids, ``function.arguments`` as
 JSON text, ``finish_reason: "tool_calls"``; in a stream the call's name first, then its arguments as
@@ -24,13 +28,15 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from backends.base import Constraint
 from backends.server import openai_models as api
+from backends.server import schemas
 from backends.server.errors import APIError
 
-__all__ = ["ChatPlan", "plan_chat", "render_messages", "parse_reply", "ToolCallStream"]
+__all__ = ["ChatPlan", "ToolSpec", "OutputFormat", "plan", "plan_chat", "render_messages", "parse_reply",
+           "ToolCallStream"]
 
 _CALL_HEAD = re.compile(r'^\{"name":("(?:[^"\\]|\\.)*"),"arguments":')
 
@@ -43,57 +49,104 @@ class ChatPlan:
     tools_prompt: str | None = None
     """A system message to append after the conversation (tools described to the model)."""
     envelope: bool = False
+    constraint_param: str | None = None
+    """The request field a grammar error is blamed on (the schema's field, or ``tools``)."""
 
 
-def _call_schema(tool: api.Tool) -> dict[str, Any]:
-    params = tool.function.parameters or {"type": "object", "properties": {}}
-    return {"type": "object", "properties": {"name": {"const": tool.function.name}, "arguments": params},
-            "required": ["name", "arguments"], "additionalProperties": False}
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function tool as either API sends it; ``param`` is where its schema sits in the request."""
+
+    name: str
+    description: str | None
+    parameters: dict[str, Any] | None
+    param: str
 
 
-def _response_constraint(fmt: api.ResponseFormat | None) -> Constraint | None:
-    if fmt is None or fmt.type == "text":
+@dataclass(frozen=True)
+class OutputFormat:
+    """``response_format`` / ``text.format``: ``json_schema`` carries ``schema``, found at ``param``."""
+
+    kind: str
+    schema: dict[str, Any] | None
+    param: str
+
+
+ToolChoice = Literal["none", "auto", "required"] | str | None
+"""``None`` (unset), a mode, or the name of the one function that must be called (``named``)."""
+
+
+def _call_schema(tool: ToolSpec, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The envelope branch of one tool, and its parameters relocated under ``$defs`` (their own
+    ``$ref`` pointers then resolve against the tool's schema, not the envelope's root)."""
+    name = f"tool_{index}"
+    params = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+    branch = {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": {"$ref": f"#/$defs/{name}"}},
+              "required": ["name", "arguments"], "additionalProperties": False}
+    return branch, {name: schemas.relocate(params, f"#/$defs/{name}")}
+
+
+def _format_constraint(fmt: OutputFormat | None) -> Constraint | None:
+    if fmt is None or fmt.kind == "text":
         return None
-    if fmt.type == "json_schema" and fmt.json_schema is not None and fmt.json_schema.schema_ is not None:
-        return Constraint("json_schema", json.dumps(fmt.json_schema.schema_))
-    if fmt.type == "json_schema" and fmt.json_schema is None:
-        raise APIError(400, "response_format.json_schema is required when type is 'json_schema'",
-                       code="invalid_value")
+    if fmt.kind == "json_schema":
+        if fmt.schema is None:
+            raise APIError(400, f"{fmt.param}: a schema is required when the format is 'json_schema'",
+                           code="invalid_value", param=fmt.param)
+        schemas.check_enforceable(fmt.schema, fmt.param)
+        return Constraint("json_schema", json.dumps(fmt.schema))
     return Constraint("json_object")
 
 
-def plan_chat(body: api.ChatCompletionRequest) -> ChatPlan:
-    """The decoding plan of ``body``; a 400 naming the field for choices that contradict each other."""
-    tools, choice = body.tools or [], body.tool_choice
-    names = [t.function.name for t in tools]
+def plan(tools: list[ToolSpec], choice: ToolChoice, fmt: OutputFormat | None, *, named: bool = False,
+         choice_param: str = "tool_choice") -> ChatPlan:
+    """The decoding plan of a request; a 400 naming the field for choices that contradict each other
+    and for schemas that cannot be enforced. ``named``: ``choice`` is a function name."""
+    names = [t.name for t in tools]
     if choice is not None and choice != "none" and not tools:
-        raise APIError(400, "tool_choice: set without tools", code="invalid_value")
+        raise APIError(400, f"{choice_param}: set without tools", code="invalid_value", param=choice_param)
     if len(set(names)) != len(names):
-        raise APIError(400, "tools: function names must be unique", code="invalid_value")
-    if isinstance(choice, api.NamedToolChoice) and choice.function.name not in names:
-        raise APIError(400, f"tool_choice: no tool named {choice.function.name!r} among the tools sent",
-                       code="invalid_value")
+        raise APIError(400, "tools: function names must be unique", code="invalid_value", param="tools")
+    if named and choice not in names:
+        raise APIError(400, f"{choice_param}: no tool named {choice!r} among the tools sent", code="invalid_value",
+                       param=choice_param)
     mode = "none" if not tools else ("auto" if choice is None else choice)
     if mode == "none":
-        return ChatPlan(_response_constraint(body.response_format))
-    if body.response_format is not None and body.response_format.type != "text":
-        raise APIError(400, "response_format: cannot be combined with tools unless tool_choice is 'none'",
-                       code="invalid_value")
-    if isinstance(mode, api.NamedToolChoice):
-        callable_ = [t for t in tools if t.function.name == mode.function.name]
-    else:
-        callable_ = tools
-    options = [_call_schema(t) for t in callable_]
+        return ChatPlan(_format_constraint(fmt), constraint_param=fmt.param if fmt is not None else None)
+    if fmt is not None and fmt.kind != "text":
+        raise APIError(400, f"{fmt.param.split('.')[0]}: cannot be combined with tools unless {choice_param} is 'none'",
+                       code="invalid_value", param=fmt.param.split(".")[0])
+    callable_ = [t for t in tools if t.name == mode] if named else tools
+    for tool in callable_:
+        if tool.parameters is not None:
+            schemas.check_enforceable(tool.parameters, tool.param)
+    options, defs = [], {}
+    for i, tool in enumerate(callable_):
+        branch, relocated = _call_schema(tool, i)
+        options.append(branch)
+        defs.update(relocated)
     if mode == "auto":
         options.insert(0, {"type": "object", "properties": {"content": {"type": "string"}}, "required": ["content"],
                            "additionalProperties": False})
-    schema = options[0] if len(options) == 1 else {"anyOf": options}
-    return ChatPlan(Constraint("json_schema", json.dumps(schema)), _tools_prompt(callable_, mode == "auto"), True)
+    schema = {**(options[0] if len(options) == 1 else {"anyOf": options}), "$defs": defs}
+    return ChatPlan(Constraint("json_schema", json.dumps(schema)), _tools_prompt(callable_, mode == "auto"), True,
+                    constraint_param="tools")
 
 
-def _tools_prompt(tools: list[api.Tool], may_answer: bool) -> str:
-    described = [{"name": t.function.name, "description": t.function.description or "",
-                  "parameters": t.function.parameters or {}} for t in tools]
+def plan_chat(body: api.ChatCompletionRequest) -> ChatPlan:
+    """:func:`plan` for a chat completion request."""
+    tools = [ToolSpec(t.function.name, t.function.description, t.function.parameters, f"tools.{i}.function.parameters")
+             for i, t in enumerate(body.tools or [])]
+    choice, named = body.tool_choice, isinstance(body.tool_choice, api.NamedToolChoice)
+    fmt = body.response_format
+    output = None if fmt is None else OutputFormat(
+        fmt.type, fmt.json_schema.schema_ if fmt.json_schema is not None else None,
+        "response_format.json_schema.schema" if fmt.json_schema is not None else "response_format.json_schema")
+    return plan(tools, choice.function.name if named else choice, output, named=named)  # type: ignore[union-attr]
+
+
+def _tools_prompt(tools: list[ToolSpec], may_answer: bool) -> str:
+    described = [{"name": t.name, "description": t.description or "", "parameters": t.parameters or {}} for t in tools]
     text = ("You can call these tools:\n" + json.dumps(described) + "\nTo call one, reply with only "
             '{"name": <tool name>, "arguments": <its arguments>}.')
     if may_answer:
@@ -101,15 +154,15 @@ def _tools_prompt(tools: list[api.Tool], may_answer: bool) -> str:
     return text
 
 
-def render_messages(body: api.ChatCompletionRequest, plan: ChatPlan) -> list[dict[str, str]]:
-    """``body.messages`` as plain ``{"role", "content"}`` dicts for the chat template."""
+def render_messages(history: list[api.ChatMessage], plan: ChatPlan) -> list[dict[str, str]]:
+    """``history`` as plain ``{"role", "content"}`` dicts for the chat template."""
     messages = []
-    for m in body.messages:
+    for m in history:
         content = m.text()
-        if m.role == "assistant" and m.tool_calls:
-            calls = [_history_call(c) for c in m.tool_calls]
+        if m.role == "assistant" and m.calls():
+            calls = [_history_call(c) for c in m.calls()]
             content = "\n".join(filter(None, [content, *calls]))
-        messages.append({"role": m.role, "content": content})
+        messages.append({"role": "tool" if m.role == "function" else m.role, "content": content})
     if plan.tools_prompt is not None:
         messages.append({"role": "system", "content": plan.tools_prompt})
     return messages

@@ -5,6 +5,8 @@ Where a hint sits in a request body (:data:`HINT_LOCATIONS`, dotted paths):
 * OpenAI-compatible bodies (``/v1/chat/completions``, ``/v1/completions``): top-level
   ``custom_params.kvflow`` (what the embedded server and SGLang 0.5.23 accept, and the default) or
   ``kv_transfer_params.kvflow`` (vLLM's own field, which reaches its scheduler as is);
+* Responses API bodies (``/v1/responses``): top-level ``custom_params.kvflow`` on the embedded
+  server (:data:`RESPONSES_HINT_LOCATIONS`); a server names them as ``hints.responses``;
 * ``/generate`` bodies: ``sampling_params.custom_params.kvflow``.
 
 A server names the OpenAI locations it reads in ``GET /kvflow/v1/info`` as
@@ -29,7 +31,7 @@ from .limits import DEFAULT_NAMESPACE, check_name, check_steps, steps_as_json
 
 __all__ = ["STEPS_ROUTE", "INFO_ROUTE", "STATS_ROUTE", "KVFlowHint", "StepsUpdate", "attach_hint", "extract_hint",
            "read_steps_update", "CUSTOM_PARAMS", "KV_TRANSFER_PARAMS", "GENERATE_PARAMS", "OPENAI_HINT_LOCATIONS",
-           "HINT_LOCATIONS", "hint_location"]
+           "RESPONSES_HINT_LOCATIONS", "HINT_LOCATIONS", "hint_location"]
 
 STEPS_ROUTE = "/kvflow/v1/steps"
 INFO_ROUTE = "/kvflow/v1/info"
@@ -44,8 +46,10 @@ KV_TRANSFER_PARAMS = "kv_transfer_params.kvflow"
 GENERATE_PARAMS = "sampling_params.custom_params.kvflow"
 """``/generate`` bodies (SGLang's native route and the embedded server's)."""
 OPENAI_HINT_LOCATIONS = (CUSTOM_PARAMS, KV_TRANSFER_PARAMS)
+RESPONSES_HINT_LOCATIONS = (CUSTOM_PARAMS,)
+"""Where ``/v1/responses`` bodies carry the hint (``hints.responses`` in a server's info)."""
 HINT_LOCATIONS = (*OPENAI_HINT_LOCATIONS, GENERATE_PARAMS)
-_ROUTE_LOCATIONS = {"openai": CUSTOM_PARAMS, "generate": GENERATE_PARAMS}
+_ROUTE_LOCATIONS = {"openai": CUSTOM_PARAMS, "responses": CUSTOM_PARAMS, "generate": GENERATE_PARAMS}
 
 
 class _Strict(BaseModel):
@@ -106,7 +110,7 @@ def _location(route: str, location: str | None) -> list[str]:
     """The path of ``location`` (default: the one of ``route``) as its keys."""
     if location is None:
         if route not in _ROUTE_LOCATIONS:
-            raise ValueError(f"unknown route kind {route!r}; expected 'openai' or 'generate'")
+            raise ValueError(f"unknown route kind {route!r}; expected one of {', '.join(_ROUTE_LOCATIONS)}")
         location = _ROUTE_LOCATIONS[route]
     elif location not in HINT_LOCATIONS:
         raise ValueError(f"unknown hint location {location!r}; expected one of {', '.join(HINT_LOCATIONS)}")

@@ -1,6 +1,7 @@
 """Constrained decoding in the embedded engine (tiny-random, a random model: the worst case for
-finishing a reply): a constrained reply validates at every budget down to the smallest the engine
-accepts, one token less is refused up front, and constrained requests return every slot."""
+finishing a reply): a constrained reply validates at every budget down to the shortest complete one,
+one token less is truncated and ends on ``length`` (as OpenAI truncates), and constrained requests
+return every slot."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import jsonschema
 import pytest
 
-from backends.base import Constraint, EngineError, GenerateRequest, SamplingParams
+from backends.base import Constraint, GenerateRequest, SamplingParams
 from backends.local import Engine, EngineConfig
 from backends.local.grammar import Grammars
 
@@ -40,7 +41,7 @@ def request(engine, prompt: str, max_tokens: int, constraint: Constraint, **samp
 
 
 def minimum(engine, constraint: Constraint) -> int:
-    return Grammars(engine.tokenizer, engine.model_config.vocab_size).start(constraint, 10_000).closing_length()
+    return Grammars(engine.tokenizer, engine.model_config.vocab_size).start(constraint).closing_length()
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -54,11 +55,12 @@ async def test_constrained_reply_validates_at_every_budget(engine, prompt, extra
         jsonschema.validate(json.loads(result.text), SCHEMA)
 
 
-async def test_budget_one_short_of_the_minimum_is_refused(engine):
+async def test_budget_one_short_of_the_minimum_is_truncated_on_length(engine):
     constraint = Constraint("json_schema", json.dumps(SCHEMA))
     short = minimum(engine, constraint) - 1
-    with pytest.raises(EngineError, match=f"max_tokens is {short} but"):
-        await engine.generate(request(engine, "hi", short, constraint))
+    result = await engine.generate(request(engine, "hi", short, constraint))
+    assert result.finish_reason == "length" and len(result.output_ids) == short  # the stop token did not fit
+    assert engine.stats()["device_held"] == 0
 
 
 async def test_unconstrained_greedy_output_is_unchanged_after_constrained_requests(engine):

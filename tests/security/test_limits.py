@@ -1,5 +1,5 @@
 """Size limits a client cannot get around: request bodies (413, declared or chunked, on every POST route),
-hint sizes at their exact boundaries (422 one past them), and the memory bounds of the hint table and
+hint sizes at their exact boundaries (one past them: 422 on the steps route, 400 in a request body), and the memory bounds of the hint table and
 of the metrics' label sets.
 
 tests/server covers the everyday bad-input cases; these pin the boundaries and the bypass attempts."""
@@ -64,7 +64,7 @@ def test_steps_map_and_names_at_their_limits(client: httpx.Client) -> None:
         _error(client.post("/kvflow/v1/steps", json=body), 422, field)
     hint = {"workflow_id": "w", "agent": "a" * (MAX_NAME_LEN + 1), "steps": {}}
     body = {"messages": [{"role": "user", "content": "hi"}], "custom_params": {"kvflow": hint}}
-    _error(client.post("/v1/chat/completions", json=body), 422, "agent")
+    _error(client.post("/v1/chat/completions", json=body), 400, "agent")
     summary = hint_summary(client)
     assert summary["workflows"] == 2 and summary["entries"] == MAX_AGENTS + 1  # the rejected ones left nothing
     for wf in ("w-max", name):

@@ -111,4 +111,4 @@ def test_unknown_hint_fields_are_ignored_with_a_warning_known_ones_still_checked
     assert any("future, priority" in rec.getMessage() for rec in caplog.records)
     bad = {**hint, "steps": {"a": "soon"}}
     r = client.post("/v1/chat/completions", json={"messages": USER, "custom_params": {"kvflow": bad}})
-    assert r.status_code == 422 and "steps.a" in r.json()["error"]["message"]
+    assert r.status_code == 400 and "steps.a" in r.json()["error"]["message"]

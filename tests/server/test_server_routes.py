@@ -102,7 +102,7 @@ def test_generate_sglang_shape_with_hint_in_sampling_params(client: httpx.Client
 def test_kvflow_routes_info_steps_stats_health(client: httpx.Client, served: Served) -> None:
     info = client.get("/kvflow/v1/info").json()
     assert info["model"] == "tiny-random" and info["policy"] == "kvflow"
-    assert info["hints"] == {"openai": ["custom_params.kvflow"]}  # where serving.py reads them
+    assert info["hints"] == {"openai": ["custom_params.kvflow"], "responses": ["custom_params.kvflow"]}  # where the routes read them
     update = {"workflow_id": "wf-3", "namespace": "team-a", "steps": {"a": 2, "b": None}}
     r = client.post("/kvflow/v1/steps", json=update)
     assert r.status_code == 200 and r.json() == {"status": "ok"}
@@ -119,7 +119,7 @@ def test_metrics_prometheus_text(client: httpx.Client) -> None:
     text = client.get("/metrics").text
     assert "# TYPE kvflow_http_requests_total counter" in text
     ok = re.search(r'kvflow_http_requests_total\{method="POST",path="/v1/chat/completions",status="200"\} (\d+)', text)
-    bad = re.search(r'kvflow_http_requests_total\{method="POST",path="/v1/chat/completions",status="422"\} (\d+)', text)
+    bad = re.search(r'kvflow_http_requests_total\{method="POST",path="/v1/chat/completions",status="400"\} (\d+)', text)
     assert ok and int(ok.group(1)) >= 1 and bad and int(bad.group(1)) >= 1
     assert re.search(r"^kvflow_engine_\w+ [0-9.e+-]+$", text, re.M)
     for line in text.splitlines():

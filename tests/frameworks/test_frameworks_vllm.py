@@ -1,0 +1,43 @@
+"""The AutoGen app (``apps/autogen_app.py``, unmodified) against the vLLM backend
+(``kvflow serve --engine vllm`` on SmolLM2, with vLLM's own tool-call parsing switched on as a vLLM
+user would), judged by vLLM's access log: every request it made got a 2xx.
+Run with ``.venv-vllm/bin/python -m pytest tests/frameworks -m vllm``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm"))
+from framework_runs import SETUP, logged_answers, run_app, venv_python  # noqa: E402
+from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server  # noqa: E402
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500), pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON)]
+FLAGS = ["--device-tokens", "2048", "--block-size", "32", "--dtype", "float32",
+         "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    folder = tmp_path_factory.mktemp("vllm-frameworks")
+    log = folder / "server.log"
+    with vllm_server(export_smollm2(folder), log, FLAGS) as url:
+        yield url, log
+
+
+def test_autogen_app_completes_against_vllm(vllm: tuple[str, Path]) -> None:
+    python = venv_python("frameworks")
+    if python is None:
+        pytest.skip(f"the frameworks venv is not built ({SETUP} builds it)")
+    url, log = vllm
+    since = log.stat().st_size
+    run = run_app(python, "autogen_app", url + "/v1")
+    answered = logged_answers(log, since)
+    assert any(path == "/v1/chat/completions" for _, path, _ in answered), answered
+    errors = [a for a in answered if a[2] >= 400]
+    assert not errors, f"vLLM answered the app with errors {errors}; app output:\n{run.output[-4000:]}"
+    assert run.summary["outcomes"][0]["messages"] == 5, run.summary
