@@ -54,6 +54,21 @@ def test_learned_hints_carry_fractional_steps_ordered_by_popularity():
     assert {static[9 + hints[9:].index(boss[0])].steps[a] for a in ranked} == {1}
 
 
+def test_learned_online_from_empty_statistics_within_one_run():
+    # no training walks, fresh statistics: what the run learns reaches its own later hints
+    w = replace(routed_workload("supervisor", fixed=256, rounds=60), train_runs=0)
+    assert len(w.branch_stats) == 0
+    hints = []
+    simulate(get_system("kvflow-learned"), w, H100, LLAMA, device_tokens=routed_device_tokens(w), host_tokens=0,
+             on_submit=lambda req: hints.append(req.hint))
+    weights = w.instances[0].spec.routing["supervisor"]
+    ranked = sorted(weights, key=weights.get, reverse=True)
+    boss = [h.steps for h in hints[len(weights) + 1:] if h.agent == "supervisor"]
+    assert {boss[0][a] for a in ranked} == {1}  # the first decisions are too few to rank: static steps
+    last = boss[-1]
+    assert last[ranked[-1]] > 2 * last[ranked[0]] > 2, last
+
+
 def test_learned_keeps_the_popular_workers_without_a_host_tier():
     w = routed_workload("supervisor", fixed=1024, rounds=30)
     run = {name: simulate(get_system(name), w, H100, LLAMA, device_tokens=routed_device_tokens(w), host_tokens=0)
