@@ -4,20 +4,23 @@ The math is :mod:`kvflow_orch.stepmath` (shared with server-side learners); this
 :class:`~kvflow_orch.asg.AgentStepGraph` and a :class:`~kvflow_orch.branch_stats.BranchStats` onto
 it. The outcomes of node ``u``: each plain edge and each AND-join ``u`` belongs to is a certain
 outcome (joins counted as plain edges; the tracker's ``max`` with the static steps gives their wait
-back); a router is one distribution over its targets (END left out) once its statistics are trusted
-(``stats.trusted``), and before that each of its targets counts as certain, the static solver's view.
-With no router trusted the learned steps *are* the static steps, and nothing is solved.
+back); a router is one distribution over its targets (END left out): its learned probabilities,
+pooled where the counts are too thin to rank targets apart (:func:`~kvflow_orch.stepmath.pooled`).
+While no router's counts rank anything apart, the steps *are* the static steps and nothing is
+solved: a handful of decisions never changes the order the brain sees.
 
 **Refresh rule.** Every tracker of the graph that shares the statistics reads one
-:class:`ExpectedTables`; each steps solve of a tracker (one per transition) asks it for the current
-solution. It solves again when the statistics moved by at least ``max(1, REFRESH_SHARE x``
-the routers' decisions at the last solve``)`` observations (every decision early on, fewer once the
-probabilities are settled: each decision moves them by about ``1 / decisions``), and when the
-work it has spent stays within ``BUDGET_OPS`` multiply-adds per transition, amortised (the first
-solve is never delayed). A chain whose router rows changed is updated in place of a full
-inversion where that is cheaper (:meth:`~kvflow_orch.stepmath.ChainSteps.with_rows`). The work
-is counted in multiply-adds, not seconds, so a run is reproducible on every machine;
-``benchmarks/orch_overhead.py`` measures what a transition costs in time.
+:class:`ExpectedTables`; each steps solve of a tracker (one per transition) asks it for the
+current solution. It solves again once the statistics have moved by ``max(1, REFRESH_SHARE x``
+the routers' decisions at the last solve``)`` observations (every decision early on, fewer once
+the probabilities settle: a decision moves them by about ``1 / decisions``), and only while the
+work spent stays within ``BUDGET_OPS`` multiply-adds per transition, amortised: a solve waits
+until the transitions since the last one have earned its cost (a small graph is covered at once;
+a 100-node graph's first solve waits about 2,000 transitions, with static steps until then). A
+chain whose router rows changed is updated by rank-one steps instead of a new inversion where that
+is cheaper (:meth:`~kvflow_orch.stepmath.ChainSteps.with_rows`). Work is counted in multiply-adds,
+not seconds, so a run is reproducible on every machine; ``benchmarks/orch_overhead.py`` measures
+what a transition costs in time.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ExpectedTables", "BUDGET_OPS", "REFRESH_SHARE"]
 
-BUDGET_OPS = 1_000
-"""Solver work (multiply-adds) each transition earns; about 0.05 ms of pure Python."""
+BUDGET_OPS = 500
+"""Solver work (multiply-adds) each transition earns: about 0.03 ms of pure Python (60 ns each)."""
 REFRESH_SHARE = 1 / 16
 """Solve again after this share of the routers' decisions (at least one) was observed anew."""
 _CREDIT_CAP = 4  # credit saved up to this many solves of the last cost
@@ -49,6 +52,8 @@ class ExpectedTables:
     router is thin, the steps are static); ``solves`` and ``updates`` count full solves and
     in-place chain updates (for benchmarks and tests).
     """
+
+    budget_ops = BUDGET_OPS
 
     def __init__(self, asg: "AgentStepGraph", stats: "BranchStats") -> None:
         index = asg.index
@@ -67,10 +72,9 @@ class ExpectedTables:
         self._version: int | None = None  # stats version of the last refresh
         self._due = 1  # observations after which the next refresh is due
         self._rows: dict[int, dict[int, float]] = {}  # router -> the distribution solved with
-        self._credit = 0.0
         self._cap = float(_CREDIT_CAP * BUDGET_OPS)
+        self._credit = self._cap  # a small graph's first solve needs no waiting
         self._waiting_for = 0.0  # credit a refresh found too little of
-        self._solved = False
         self.solves = 0
         self.updates = 0
 
@@ -123,11 +127,10 @@ class ExpectedTables:
         if not self._affords(cost):
             return None, 0.0
         self.solves += 1
-        self._solved = True
         return solve(outcomes), cost
 
     def _affords(self, cost: float) -> bool:
-        if not self._solved or cost <= self._credit:
+        if cost <= self._credit:
             return True
         self._waiting_for = cost
         self._cap = max(self._cap, cost)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .branch_stats import BranchStats
     from .builder import Workflow
 
-__all__ = ["AgentStepGraph", "GraphIndex"]
+__all__ = ["AgentStepGraph", "GraphIndex", "ExpectedTables"]
 
 
 @dataclass(frozen=True, slots=True)

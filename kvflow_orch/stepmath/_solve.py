@@ -9,23 +9,31 @@ from ._chain import ChainSteps, can_end
 from ._common import INF
 from ._outcomes import OutcomeSteps
 
-SIGNIFICANCE_Z = 2.0
+SIGNIFICANCE_Z = 2.5
 """How many standard deviations two targets' counts must differ by to be ranked apart."""
+SETTLED = 10
+"""Decisions per target after which a router's counts are used as they are (no pooling)."""
 
 Outcome = Mapping[int, float]
 K = TypeVar("K", bound=Hashable)
 
 
 def pooled(probabilities: Mapping[K, float], counts: Mapping[K, float]) -> dict[K, float]:
-    """The thin-statistics guard: ``probabilities`` with the targets whose ``counts`` do not
-    differ significantly pooled into groups that share their mean probability.
+    """The thin-statistics guard: ``probabilities`` (one router's, or one agent's successors')
+    with the targets whose ``counts`` do not differ significantly pooled into groups that share
+    their mean probability.
 
     Targets are ranked by count; each group starts at its most frequent target and takes every
     following target whose count is within ``SIGNIFICANCE_Z * sqrt(c_first + c_next)`` of the
     first's (under equal probabilities the difference of two Poisson counts has that standard
     deviation). A handful of decisions separates nothing, so a router starts uniform: its targets
-    tie, and the brain keeps its LRU order among them, the static order.
+    tie, and the brain keeps its LRU order among them, as with static steps. Once the router has
+    made ``SETTLED`` decisions per target the counts are used as they are: differences still
+    insignificant by then are small, and ranking by them beats recency (measured on the swarm and
+    supervisor benchmarks, online and trained, over 16 to 24 seeds).
     """
+    if sum(counts.values()) >= SETTLED * len(probabilities):
+        return dict(probabilities)
     ranked = sorted(probabilities, key=lambda t: (-counts.get(t, 0.0), str(t)))
     out: dict[K, float] = {}
     i = 0

@@ -42,15 +42,25 @@ def test_a_handful_of_decisions_pools_everything():
     assert set(pooled(probs, {"a": 4}).values()) == {0.25}
 
 
+def smoothed(counts):
+    total = sum(counts.values()) + len(counts)
+    return {t: (c + 1) / total for t, c in counts.items()}
+
+
 def test_significant_counts_are_ranked_apart_and_insignificant_ones_pooled():
-    counts = {"a": 60, "b": 25, "c": 10, "d": 8, END: 2}
-    total = sum(counts.values()) + 5
-    probs = {t: (c + 1) / total for t, c in counts.items()}
+    counts = {"a": 20, "b": 6, "c": 2, "d": 1, END: 0}
+    probs = smoothed(counts)
     out = pooled(probs, counts)
-    assert out["a"] == probs["a"] and out["b"] == probs["b"]  # 60 vs 25, 25 vs 10: far apart
-    assert out["c"] == out["d"] == pytest.approx((probs["c"] + probs["d"]) / 2)  # 10 vs 8: not
-    assert out["a"] > out["b"] > out["c"] > out[END]
-    assert sum(out.values()) == pytest.approx(sum(probs.values()))
+    assert out["a"] == probs["a"]  # 20 vs 6: more than 2.5 standard deviations apart
+    rest = ["b", "c", "d", END]  # 6 vs 0..2: not yet
+    assert len({out[t] for t in rest}) == 1 and out[END] == pytest.approx(sum(probs[t] for t in rest) / 4)
+    assert sum(out.values()) == pytest.approx(1.0)
+
+
+def test_settled_counts_are_used_as_they_are():
+    counts = {"a": 60, "b": 25, "c": 10, "d": 8, END: 2}  # 10 decisions per target
+    probs = smoothed(counts)
+    assert pooled(probs, counts) == probs
 
 
 # ------------------------------------------------------------------ solvers

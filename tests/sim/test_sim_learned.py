@@ -103,6 +103,22 @@ def test_bench_sim_routed_workloads(tmp_path, workload):
     assert Counter(r["labels"]["zipf_s"] for r in rows) == {1.2: 4}
 
 
+def test_bench_sim_online_learns_from_empty_statistics(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = kvflow_main(["bench", "sim", "--workload", "swarm", "--online", "--rounds", "30", "--agents", "4",
+                          "--systems", "kvflow", "kvflow-learned", "--host-tokens", "0", "--no-plots",
+                          "--out", str(tmp_path)])
+    assert rc == 0, err.getvalue()
+    rows = {r["system"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
+    assert set(rows) == {"kvflow", "kvflow-learned"} and rows["kvflow"]["requests"] == rows["kvflow-learned"]["requests"]
+    assert routed_workload("swarm", rounds=3, train_runs=0).train_runs == 0  # what --online builds
+    assert routed_workload("swarm", rounds=3).train_runs > 0
+    with redirect_stdout(io.StringIO()), redirect_stderr(err := io.StringIO()):
+        rc = kvflow_main(["bench", "sim", "--workload", "synthetic", "--online", "--no-plots", "--out", str(tmp_path)])
+    assert rc == 2 and "--online applies to --workload supervisor or swarm" in err.getvalue()
+
+
 def test_oracle_hints_carry_the_true_distance_to_each_agents_next_call():
     from kvflow_orch.harness.sweep import Scenario, run_scenario
 
