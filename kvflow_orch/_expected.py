@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 from .constants import END
@@ -58,7 +59,9 @@ class ExpectedTables:
     def __init__(self, asg: "AgentStepGraph", stats: "BranchStats") -> None:
         index = asg.index
         triggers = index.triggers
-        self._stats = stats
+        # weak: the graph keeps its tables per statistics object in a WeakKeyDictionary, which a
+        # strong reference from the value would keep alive forever (trackers hold the statistics)
+        self._stats = weakref.ref(stats)
         self._workflow = asg.name
         self._size = triggers.size
         self._always = []
@@ -80,17 +83,20 @@ class ExpectedTables:
 
     def current(self) -> ChainSteps | OutcomeSteps | None:
         """The solution to read steps from (refreshed first when the refresh rule allows)."""
+        stats = self._stats()
+        if stats is None:
+            return self._model
         with self._lock:
             self._credit = min(self._credit + BUDGET_OPS, self._cap)
-            version = self._stats.version
+            version = stats.version
             if self._version is not None and (version - self._version < self._due or self._credit < self._waiting_for):
                 return self._model
-            self._refresh(version)
+            self._refresh(stats, version)
             return self._model
 
     # ----------------------------------------------------------------- solving
-    def _refresh(self, version: int) -> None:
-        stats, workflow = self._stats, self._workflow
+    def _refresh(self, stats: "BranchStats", version: int) -> None:
+        workflow = self._workflow
         rows: dict[int, dict[int, float]] = {}
         decisions = 0.0
         learned = False

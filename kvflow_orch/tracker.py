@@ -49,10 +49,11 @@ class StepTracker:
     until the next transition.
     """
 
-    __slots__ = ("_asg", "_graph", "_running", "_triggered", "_arrived", "_pending", "_cache", "_tables")
+    __slots__ = ("_asg", "_graph", "_running", "_triggered", "_arrived", "_pending", "_cache", "_tables", "_stats")
 
     def __init__(self, asg: "AgentStepGraph", branch_stats: "BranchStats | None" = None) -> None:
         self._asg = asg
+        self._stats = branch_stats  # the graph's tables for these statistics live as long as they do
         self._tables = asg.expected_tables(branch_stats) if branch_stats is not None else None  # follows the stats
         self._graph = graph = asg.index
         index = graph.triggers

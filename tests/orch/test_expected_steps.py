@@ -290,3 +290,15 @@ def test_refreshes_are_bounded_by_decisions_and_work():
     assert spent <= BUDGET_OPS * transitions + 2 * 101 ** 3
     # ... and far fewer refreshes than decisions once the probabilities settle
     assert tables.solves + tables.updates < decisions / 4
+
+
+def test_tables_go_with_their_statistics():
+    import gc
+
+    asg, _ = supervisor(3)
+    stats = BranchStats()
+    asg.tracker(stats).steps()
+    assert len(asg._expected) == 1
+    del stats
+    gc.collect()
+    assert len(asg._expected) == 0  # no statistics object outlives its last user through the graph
