@@ -5,7 +5,7 @@ from __future__ import annotations
 from operator import mul
 from typing import Mapping, Sequence
 
-from ._common import EPS, INF, round_steps
+from ._common import EPS, INF, round_steps, swap_in_pivot
 from ._outcomes import OutcomeSteps
 
 _MAX_INCREMENTAL = 32  # rank-one updates between full inversions (bounds the drift of N)
@@ -93,11 +93,8 @@ def _inverse(a: list[list[float]]) -> list[list[float]]:
     n = len(a)
     swaps = []
     for k in range(n):
-        p = max(range(k, n), key=lambda i: abs(a[i][k]))
-        if abs(a[p][k]) < 1e-300:
-            raise ZeroDivisionError("singular chain")
+        p = swap_in_pivot(a, k)
         if p != k:
-            a[k], a[p] = a[p], a[k]
             swaps.append((k, p))
         rk = a[k]
         inv = 1.0 / rk[k]

@@ -24,3 +24,14 @@ def round_steps(x: float) -> float:
     if scale is None:
         return float(f"{x:.{STEPS_DIGITS}g}")
     return round(x * scale) / scale
+
+
+def swap_in_pivot(a: list[list[float]], k: int) -> int:
+    """Partial pivoting: move the row (at or below ``k``) with the largest ``|a[i][k]|`` to row ``k``;
+    returns where it came from. ZeroDivisionError when the column is all zero (a singular matrix)."""
+    p = max(range(k, len(a)), key=lambda i: abs(a[i][k]))
+    if abs(a[p][k]) < 1e-300:
+        raise ZeroDivisionError("singular matrix")
+    if p != k:
+        a[k], a[p] = a[p], a[k]
+    return p

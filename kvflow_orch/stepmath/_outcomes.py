@@ -5,7 +5,7 @@ from __future__ import annotations
 from operator import mul
 from typing import Mapping, Sequence
 
-from ._common import EPS, INF, round_steps
+from ._common import EPS, INF, round_steps, swap_in_pivot
 
 _MAX_POLICY_ROUNDS = 64
 Outcome = Mapping[int, float]
@@ -145,11 +145,8 @@ def _lu(a: list[list[float]]) -> tuple[list[list[float]], list[int]]:
     n = len(a)
     perm = list(range(n))
     for k in range(n):
-        p = max(range(k, n), key=lambda i: abs(a[i][k]))
-        if abs(a[p][k]) < 1e-300:
-            raise ZeroDivisionError("singular policy")
+        p = swap_in_pivot(a, k)
         if p != k:
-            a[k], a[p] = a[p], a[k]
             perm[k], perm[p] = perm[p], perm[k]
         rk, pivot = a[k], a[k][k]
         for i in range(k + 1, n):

@@ -9,7 +9,9 @@ import random
 
 import pytest
 
-from kvflow_orch import END, START, BranchStats, Workflow
+from test_expected_steps import supervisor  # the same supervisor graph
+
+from kvflow_orch import END, BranchStats
 from kvflow_orch.stepmath import (ChainSteps, OutcomeSteps, TransitionSteps, expected_steps, pooled, round_steps,
                                   solve)
 
@@ -157,18 +159,6 @@ def test_bad_outcomes_are_a_clear_error():
 
 
 # ------------------------------------------------------------------ the learner's API
-def supervisor(workers: int):
-    wf = Workflow("sup")
-    wf.add_agent("boss", system="boss")
-    names = [f"w{i}" for i in range(workers)]
-    for w in names:
-        wf.add_agent(w, system=w)
-        wf.add_edge(w, "boss")
-    wf.add_edge(START, "boss")
-    wf.add_conditional_edges("boss", lambda s: END, names + [END])
-    return wf.compile(), names
-
-
 def test_a_learners_chain_gives_the_trackers_numbers():
     asg, names = supervisor(5)
     counts = {"w0": 50, "w1": 24, "w2": 12, "w3": 6, "w4": 3}
