@@ -11,7 +11,8 @@ Two 100-agent graphs, each driven through the same transitions twice in one run,
   other transition, 100 targets to learn: the densest case.
 
 A transition is one ``finish`` plus one ``start`` and the hint every driver builds
-(``WorkflowHints.hint``: ``agent_steps()`` of all agents). The figure the target applies to is the
+(``WorkflowHints.hint``: ``agent_steps()`` of all agents); static and learned step in lockstep, one
+transition each in turn, so a busy machine's noise falls on both alike. The figure the target applies to is the
 mean learned-minus-static time per transition over the whole run, every solve and rank-one update
 included (the tables' work is budgeted per transition, so the mean is what the budget bounds);
 p99 and max show where the solves land.
@@ -65,34 +66,48 @@ def supervisor_graph():
     return asg, choose, "supervisor"
 
 
-def drive(asg, choose, transitions: int, stats: BranchStats | None, seed: int = 0) -> list[float]:
-    """Per transition (finish, start, hint) in ms, following the graph's single token."""
-    rng = random.Random(seed)
-    hints = WorkflowHints("bench", "bench")
+class Walker:
+    """Follows the graph's single token through one tracker (fresh when the run ends)."""
 
-    def fresh():
-        tr = asg.tracker(stats)
+    def __init__(self, asg, choose, stats: BranchStats | None, seed: int) -> None:
+        self.asg, self.choose, self.stats = asg, choose, stats
+        self.rng = random.Random(seed)  # the same seed: static and learned take the same path
+        self.hints = WorkflowHints("bench", "bench")
+        self.tracker = self._fresh()
+        self.node = min(self.tracker.triggered)
+        self.tracker.start(self.node)
+
+    def _fresh(self):
+        tr = self.asg.tracker(self.stats)
         if tr.running.get(START):
             tr.finish(START, goto=None)
         return tr
 
-    tracker = fresh()
-    node = min(tracker.triggered)
-    tracker.start(node)
-    out = []
-    for _ in range(transitions):
+    def step(self) -> float:
+        """One transition (finish, start, hint) in ms."""
         t = time.perf_counter()
-        goto = choose(node, rng)
-        if goto is not None and stats is not None:
-            stats.observe(asg.name, node, goto)
-        tracker.finish(node, goto=goto)
-        if tracker.done:
-            tracker = fresh()
-        node = min(tracker.triggered)
-        tracker.start(node)
-        hints.hint(tracker, asg.agent_of(node), fixed_prefix=1)
-        out.append((time.perf_counter() - t) * 1e3)
-    return out
+        goto = self.choose(self.node, self.rng)
+        if goto is not None and self.stats is not None:
+            self.stats.observe(self.asg.name, self.node, goto)
+        self.tracker.finish(self.node, goto=goto)
+        if self.tracker.done:
+            self.tracker = self._fresh()
+        self.node = min(self.tracker.triggered)
+        self.tracker.start(self.node)
+        self.hints.hint(self.tracker, self.asg.agent_of(self.node), fixed_prefix=1)
+        return (time.perf_counter() - t) * 1e3
+
+
+def drive(asg, choose, transitions: int) -> tuple[list[float], list[float], BranchStats]:
+    """Static and learned in lockstep (one transition each, alternately), so the machine's noise
+    falls on both alike."""
+    stats = BranchStats()
+    static, learned = Walker(asg, choose, None, 0), Walker(asg, choose, stats, 0)
+    a, b = [], []
+    for _ in range(transitions):
+        a.append(static.step())
+        b.append(learned.step())
+    return a, b, stats
 
 
 def ns_per_op(size: int) -> float:
@@ -125,9 +140,7 @@ def main() -> int:
     verdicts = []
     for name, build in (("loop", loop_graph), ("supervisor", supervisor_graph)):
         asg, choose, router = build()
-        static = drive(asg, choose, args.transitions, None)
-        stats = BranchStats()
-        learned = drive(asg, choose, args.transitions, stats)
+        static, learned, stats = drive(asg, choose, args.transitions)
         tables = asg.expected_tables(stats)
         print(row(f"{name} static", static))
         print(row(f"{name} learned", learned))

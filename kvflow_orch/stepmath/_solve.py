@@ -96,19 +96,15 @@ def expected_steps(model: "ChainSteps | OutcomeSteps", active: Iterable[int],
                    static: Sequence[float] | None = None) -> list[float]:
     """Per state: 0 when active, else the smallest score over the active states, and with
     ``static`` its ``max`` with the static steps (kept where static is 0 or ``inf``)."""
+    active = list(active)
     rows = [model.scores(a) for a in active]
-    n = model.size
+    if not rows:
+        best: Sequence[float] = [INF] * model.size
+    else:
+        best = rows[0] if len(rows) == 1 else list(map(min, *rows))  # one pass in C, not a min per state
     if static is None:
-        out = [min((r[v] for r in rows), default=INF) for v in range(n)]
+        out = list(best)
         for a in active:
             out[a] = 0
         return out
-    out = list(static)
-    for v in range(n):
-        s = static[v]
-        if s == 0 or s == INF:
-            continue
-        best = min((r[v] for r in rows), default=INF)
-        if s < best < INF:
-            out[v] = best
-    return out
+    return [b if 0 < s < b < INF else s for s, b in zip(static, best)]
