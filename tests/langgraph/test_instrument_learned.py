@@ -23,23 +23,23 @@ def _hints(server, wid):
 
 def test_conditional_edges_are_learned_and_steer_the_hints(server, strict_tracking):
     stats = BranchStats()
-    app = instrument(supervisor_app(chat_model(server.url), workers=3, rounds=40, fixed=8, dynamic=2),
+    app = instrument(supervisor_app(chat_model(server.url), workers=3, rounds=60, fixed=8, dynamic=2),
                      backend_url=server.url, branch_stats=stats)
     app.invoke({"task": "t1"}, {"metadata": {"kvflow_workflow_id": "sup-1"}})
-    assert stats.decisions("supervisor", "supervisor") == 41  # 40 workers, then END
+    assert stats.decisions("supervisor", "supervisor") == 61  # 60 workers, then END
     boss = [steps for agent, steps in _hints(server, "sup-1") if agent == "supervisor"]
     workers = [f"worker_{i}" for i in range(3)]
     # The first decisions are too few to rank the workers apart: static steps (every worker 1).
     assert boss[0] == {"supervisor": 0, **dict.fromkeys(workers, 1)}
     # Within the same run the tables follow the decisions: by the last turn the workers are ranked
-    # by how often the supervisor chose them (the run never saw more than these 40 decisions).
+    # by how often the supervisor chose them (the run never saw more than these 60 decisions).
     last = boss[-1]
     counts = stats.counts("supervisor", "supervisor")
     assert max(last[w] for w in workers) > 1.5 * min(last[w] for w in workers) > 1.5, last
     assert min(workers, key=lambda w: last[w]) == max(workers, key=lambda w: counts.get(w, 0))
     app.invoke({"task": "t2"}, {"metadata": {"kvflow_workflow_id": "sup-2"}})
     handler_of(app).backend.flush()
-    assert stats.decisions("supervisor", "supervisor") == 82
+    assert stats.decisions("supervisor", "supervisor") == 122
     # run 2 starts from what run 1 learned
     first = _hints(server, "sup-2")[0][1]
     assert max(first[w] for w in workers) > 1.5 * min(first[w] for w in workers)
