@@ -49,9 +49,9 @@ _CREDIT_CAP = 4  # credit saved up to this many solves of the last cost
 class ExpectedTables:
     """The expected-steps solution of one graph under one statistics object, kept current.
 
-    ``current()`` returns the solution for the statistics as of the last refresh (None: every
-    router is thin, the steps are static); ``solves`` and ``updates`` count full solves and
-    in-place chain updates (for benchmarks and tests).
+    ``current()`` returns the solution for the statistics as of the last refresh (None: no router
+    has learned anything yet, the steps are static); ``solves`` counts full solves and ``updates``
+    chain updates (rank-one, or a new inversion where the chain takes one), for benchmarks and tests.
     """
 
     budget_ops = BUDGET_OPS
@@ -122,7 +122,7 @@ class ExpectedTables:
             changed = {u: (router_outcomes(r) or [{}])[0] for u, r in rows.items() if r != self._rows[u]}
             if not changed:  # the statistics moved elsewhere (another workflow's routers)
                 return previous, 0.0
-            cost = ChainSteps.update_ops(self._size, len(changed))
+            cost = previous.update_ops(len(changed))
             if not self._affords(cost):
                 return None, 0.0
             self.updates += 1

@@ -53,7 +53,7 @@ class ChainSteps:
         rows = list(self.rows)
         for u, row in changes.items():
             rows[u] = dict(row)
-        if len(changes) * 5 >= self.size or self._updates + len(changes) > _MAX_INCREMENTAL or not can_end(rows):
+        if self._inverts(len(changes)) or not can_end(rows):
             return ChainSteps(rows) if can_end(rows) else OutcomeSteps([[r] if r else [] for r in rows])
         n_, m_ = self._n, self._m
         for u, row in changes.items():
@@ -64,10 +64,14 @@ class ChainSteps:
             n_, m_ = updated
         return ChainSteps(rows, (n_, m_, self._updates + len(changes)))
 
-    @staticmethod
-    def update_ops(size: int, changed: int) -> int:
-        """About how many multiply-adds :meth:`with_rows` spends on ``changed`` rows."""
-        return 6 * size * size * changed
+    def _inverts(self, changed: int) -> bool:
+        return changed * 5 >= self.size or self._updates + changed > _MAX_INCREMENTAL
+
+    def update_ops(self, changed: int) -> int:
+        """About how many multiply-adds :meth:`with_rows` spends on ``changed`` rows (a new
+        inversion where it takes one)."""
+        n = self.size
+        return 2 * n ** 3 if self._inverts(changed) else 6 * n * n * changed
 
     def scores(self, a: int) -> list[float]:
         """Per target ``v``: the rounded score of ``v`` from ``a``'s firing (cached)."""

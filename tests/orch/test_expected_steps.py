@@ -284,10 +284,10 @@ def test_refreshes_are_bounded_by_decisions_and_work():
         if goto == END:
             tracker = asg.tracker(stats)
     assert tables.current() is not None  # the router learned something
-    # a full solve costs 2 * 101**3 multiply-adds, an update 6 * 101**2: the work stays within
-    # the budget per transition (plus the first solve, never delayed) ...
-    spent = tables.solves * 2 * 101 ** 3 + tables.updates * 6 * 101 ** 2
-    assert spent <= BUDGET_OPS * transitions + 2 * 101 ** 3
+    # a full solve costs 2 * 101**3 multiply-adds, an update 6 * 101**2 (or a new inversion every
+    # 32 updates): the work stays within the budget per transition, plus the credit a graph starts with
+    spent = tables.solves * 2 * 101 ** 3 + tables.updates * 6 * 101 ** 2 + (tables.updates // 32) * 2 * 101 ** 3
+    assert spent <= BUDGET_OPS * (transitions + 4)
     # ... and far fewer refreshes than decisions once the probabilities settle
     assert tables.solves + tables.updates < decisions / 4
 
