@@ -5,14 +5,18 @@ embedded engine (SmolLM2 by default) through the runtime, one task after another
 configurations: static steps and learned steps (``branch_stats``), host tier off and on. The device
 pool holds the supervisor's fixed prompt, about 3 of the 8 workers' and room for the running request.
 
-The learned configuration starts from statistics trained by running ``--train`` tasks of the same
-workflow on the tiny-random engine (the route does not depend on the replies: the router is seeded
-by task and turn), then keeps learning while it runs. Static and learned must produce the same
+Across runs (the default) the learned configuration starts from statistics trained by running
+``--train`` tasks of the same workflow on the tiny-random engine (the route does not depend on the
+replies: the router is seeded by task and turn), then keeps learning while it runs. ``--online``
+starts it from empty statistics instead: it learns only from the decisions of the measured run
+itself (use ``--tasks 1 --rounds 48`` for one long run). Static and learned must produce the same
 outputs (caching never changes greedy outputs); the script checks it and prints the recomputed
-prompt tokens side by side with their ratio (the target: learned <= 0.8x static).
+prompt tokens side by side with their ratio and, for the host-tier-off runs, the bounds replayed
+from the recorded brain calls (``_learned_bounds``: best online A0, Bélády, floor) and the
+Markov-paging optimum over the run's path.
 
     python benchmarks/engine_learned_routing.py [--model smollm2-135m] [--tasks 4] [--rounds 8]
-        [--fixed 384] [--train 20]
+        [--fixed 384] [--train 20] [--online]
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _engine_workload import describe_machine  # noqa: E402
+from _learned_bounds import brain_bounds, markov_paging, print_brain_bounds, print_markov  # noqa: E402
 
-from backends.kvcache import CacheConfig  # noqa: E402
-from backends.kvcache.trace import BrainRecorder, replay  # noqa: E402
+from backends.kvcache.trace import BrainRecorder  # noqa: E402
 from backends.local import Engine, EngineConfig  # noqa: E402
 from backends.sim.systems import LEARNED_LOOKAHEAD  # noqa: E402
 from kvflow_orch import BranchStats, run  # noqa: E402
@@ -52,16 +56,17 @@ def run_config(args, wf, learned: BranchStats | None, host: bool) -> dict:
         prefetch=host, prefetch_lookahead=LEARNED_LOOKAHEAD if learned is not None else 1))
     stats = learned.copy() if learned is not None else None
     recorder = None if host else BrainRecorder(engine.scheduler.cache)
-    outputs, start = [], time.perf_counter()
+    outputs, path, start = [], [], time.perf_counter()
     for t in range(args.tasks):
-        result = run(wf, {"task": f"measured-{t}"}, backend=engine, branch_stats=stats)
+        result = run(wf, {"task": f"measured-{t}"}, backend=engine, branch_stats=stats, max_steps=4 * args.rounds + 8)
         outputs.append([(c.node, c.completion_tokens) for c in result.calls] + [result.state.get("plan"),
                                                                                 result.state.get("work")])
+        path += [c.node for c in result.calls]
     wall = time.perf_counter() - start
     counters = engine.stats()
     engine.close()
     return {"outputs": outputs, "wall": wall, "stats": counters, "device": device, "recorder": recorder,
-            "cache_config": engine.config.cache}
+            "cache_config": engine.config.cache, "path": path}
 
 
 def main() -> int:
@@ -73,6 +78,8 @@ def main() -> int:
     p.add_argument("--dynamic", type=int, default=16)
     p.add_argument("--output", type=int, default=8)
     p.add_argument("--train", type=int, default=20, help="training tasks on tiny-random")
+    p.add_argument("--online", action="store_true",
+                   help="learned starts from empty statistics (no training): it learns within the measured run")
     p.add_argument("--host-tier", choices=("off", "on", "both"), default="both",
                    help="which host-tier configurations to run (default both)")
     args = p.parse_args()
@@ -81,12 +88,15 @@ def main() -> int:
     print(describe_machine())
     args.prompt = prompt_tokens(args, wf)
     trained = BranchStats()
-    trainer = Engine(EngineConfig.build(model="tiny-random"))
-    for t in range(args.train):
-        run(wf, {"task": f"train-{t}"}, backend=trainer, branch_stats=trained)
-    trainer.close()
-    probs = trained.probabilities("supervisor", "supervisor")
-    print("trained on", args.train, "tasks:", ", ".join(f"{k}={v:.2f}" for k, v in sorted(probs.items())))
+    if args.online:
+        print(f"online: learned starts from empty statistics; {args.tasks} task(s) x {args.rounds} worker turns")
+    else:
+        trainer = Engine(EngineConfig.build(model="tiny-random"))
+        for t in range(args.train):
+            run(wf, {"task": f"train-{t}"}, backend=trainer, branch_stats=trained)
+        trainer.close()
+        probs = trained.probabilities("supervisor", "supervisor")
+        print("trained on", args.train, "tasks:", ", ".join(f"{k}={v:.2f}" for k, v in sorted(probs.items())))
     print(f"\n{'host tier':<10} {'steps':<8} {'recomputed':>11} {'device hit':>11} {'host hit':>9} "
           f"{'prefetch hit':>13} {'wall s':>8}")
     ratios, same, bounds = {}, True, {}
@@ -100,11 +110,18 @@ def main() -> int:
         same &= res["static"]["outputs"] == res["learned"]["outputs"]
         ratios[host] = res["learned"]["stats"]["recomputed_tokens"] / max(1, res["static"]["stats"]["recomputed_tokens"])
         if not host:
-            bounds = replay_bounds(res)
+            bounds = brain_bounds({n: res[n]["recorder"] for n in res},
+                                  {n: res[n]["stats"]["recomputed_tokens"] for n in res},
+                                  res["static"]["cache_config"], routing(8, 1.2)["supervisor"])
+            markov = markov_paging(res["static"]["path"], routing(8, 1.2)["supervisor"], "supervisor",
+                                   int(res["static"]["device"] // args.prompt))
     print(f"\ndevice pool {res['static']['device']} tokens; {args.tasks} tasks x {args.rounds} worker turns")
     if bounds:
-        print_bounds(bounds)
+        print_brain_bounds(bounds)
+        print_markov(markov)
     for host, ratio in ratios.items():
+        print(f"  {'PASS' if ratio <= 1 else 'FAIL'}  learned recomputes <= static, host tier {'on' if host else 'off'}: "
+              f"{ratio:.3f}x")
         verdict = "PASS" if ratio <= 0.8 else "FAIL"
         print(f"  {verdict}  recomputed tokens learned / static, host tier {'on' if host else 'off'}: {ratio:.3f}x")
         if host and bounds:
@@ -112,54 +129,13 @@ def main() -> int:
             print(f"        bound (floor / static, host tier on): {floor:.3f}x"
                   + ("  -> 0.8x is infeasible for any policy here" if floor > 0.8 else ""))
         elif bounds:
-            print(f"        bound (belady / static, host tier off): {bounds['belady_ratio']:.3f}x"
-                  + ("  -> 0.8x is infeasible for any eviction policy here" if bounds["belady_ratio"] > 0.8 else ""))
+            static = max(1, bounds["runs"]["static"]["engine"])
+            belady, a0 = bounds["belady"] / static, bounds["a0"] / static
+            print(f"        bounds (host tier off): best online A0 {a0:.3f}x, belady {belady:.3f}x"
+                  + ("  -> 0.8x is infeasible for any eviction policy here" if belady > 0.8 else
+                     "  -> 0.8x is infeasible online here" if a0 > 0.8 else ""))
     print(f"  {'PASS' if same else 'FAIL'}  same outputs with static and learned steps")
     return 0
-
-
-def replay_bounds(res: dict) -> dict:
-    """Replays of the host-tier-off runs (see the module docstring): faithfulness, Bélády, floor."""
-    out = {}
-    for name in ("static", "learned"):
-        r = res[name]
-        again = replay(r["recorder"].events, r["cache_config"]).stats.recomputed_tokens
-        out[f"{name}_replay"] = again
-        out[name] = r["stats"]["recomputed_tokens"]
-    events, config = res["static"]["recorder"].events, res["static"]["cache_config"]
-    out["belady"] = replay(events, config, belady=True).stats.recomputed_tokens
-    out["belady_learned"] = replay(res["learned"]["recorder"].events, config, belady=True).stats.recomputed_tokens
-    total = sum(len(r.prompt) + len(r.inserted or ()) for r in res["static"]["recorder"].requests)
-    everything = CacheConfig(device_tokens=total + config.device_tokens, namespace_cap_tokens=total + config.device_tokens)
-    out["floor"] = replay(events, everything).stats.recomputed_tokens
-    probs = routing(8, 1.2)["supervisor"]
-    out["a0"] = replay(a0_events(events, probs), config).stats.recomputed_tokens
-    out["belady_ratio"] = out["belady"] / max(1, out["static"])
-    return out
-
-
-def a0_events(events: list, probs: dict[str, float]) -> list:
-    """The recorded events with every waiting worker's steps set to ``1 / p(worker)`` (the mean
-    number of routing decisions until it is chosen): eviction then keeps the likeliest workers."""
-    def rewrite(steps: dict[str, float]) -> dict[str, float]:
-        return {a: (1 / probs[a] if a in probs and 0 < v < float("inf") else v) for a, v in steps.items()}
-
-    return [(kind, payload.model_copy(update={"steps": rewrite(payload.steps)}) if kind in ("hint", "steps") else payload)
-            for kind, payload in events]
-
-
-def print_bounds(b: dict) -> None:
-    static = max(1, b["static"])
-    print("\nbounds on the same requests, host tier off (replays of the recorded brain calls, no model):")
-    print(f"  replay check: static {b['static_replay']} (engine {b['static']}), learned {b['learned_replay']} "
-          f"(engine {b['learned']}): {'faithful' if (b['static_replay'], b['learned_replay']) == (b['static'], b['learned']) else 'NOT faithful'}")
-    print(f"  {'':<28} {'recomputed':>11} {'/ static':>9} {'avoidable':>10}")
-    for label, key in (("static steps", "static"), ("learned steps", "learned"),
-                       ("best online (A0, true p)", "a0"), ("belady (offline optimal)", "belady"),
-                       ("floor (pool holds all)", "floor")):
-        v = b[key]
-        print(f"  {label:<28} {v:>11} {v / static:>8.3f}x {v - b['floor']:>10}")
-    print(f"  (belady on the learned run's requests: {b['belady_learned']}; same prompts, so it should match)")
 
 
 if __name__ == "__main__":

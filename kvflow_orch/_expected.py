@@ -1,130 +1,143 @@
-"""Expected steps-to-execution under learned branch probabilities.
+"""Learned routing for one graph: expected-steps tables that follow the statistics during a run.
 
-The static solver (:mod:`kvflow_orch._steps`) answers the *earliest* step a node can run. With
-routing probabilities ``p_r(t)`` (the chance that a decision of router ``r`` includes ``t``) this
-module answers how far a node is *expected* to be. For a target ``v`` let ``T_v`` be the number of
-steps until ``v`` next starts (``inf`` if it never does); we report::
+The math is :mod:`kvflow_orch.stepmath` (shared with server-side learners); this module maps an
+:class:`~kvflow_orch.asg.AgentStepGraph` and a :class:`~kvflow_orch.branch_stats.BranchStats` onto
+it. The outcomes of node ``u``: each plain edge and each AND-join ``u`` belongs to is a certain
+outcome (joins counted as plain edges; the tracker's ``max`` with the static steps gives their wait
+back); a router is one distribution over its targets (END left out): its learned probabilities,
+pooled where the counts are too thin to rank targets apart (:func:`~kvflow_orch.stepmath.pooled`).
+While no router's counts rank anything apart, the steps *are* the static steps and nothing is
+solved: a handful of decisions never changes the order the brain sees.
 
-    expected(v) = E[T_v | v runs again] / P(v runs again)
-
-the expected steps until ``v`` runs if the workflow were retried from the current state until it
-does, each attempt counted at the mean length of a successful one (a geometric number ``1/P`` of
-attempts). It is ``inf`` when ``v`` cannot run, equals ``E[T_v]`` when ``v`` surely runs, and grows
-as ``v`` becomes unlikely, which is the order eviction and prefetch need.
-
-Equations (an absorbing Markov chain over "``u`` fires", solved per target by value iteration).
-For target ``v`` and node ``u`` let ``h_v(u) = P(v starts after u fires)`` and
-``g_v(u) = E[T_v ; v starts]`` counted from ``u``'s firing (its successors start at step 1). A
-successor ``w`` starting at step 1 offers::
-
-    succ_v(w) = (1, 1)                                  if w == v
-              = (h_v(w), g_v(w) + h_v(w))               otherwise (w runs, then fires)
-
-and ``u``'s firing combines its outcomes::
-
-    plain edge / AND-join membership u -> w:  succ_v(w)                      (always fires)
-    conditional edges of u:                   sum over targets t of p_u(t) * succ_v(t)
-                                              (END contributes nothing; h capped at 1)
-    (h_v(u), g_v(u)) = the outcome with the smallest g / h**2                 (min, as static)
-
-For one token moving through the graph (every firing picks exactly one successor) this is exact.
-Concurrent branches (fan-out, several routers) take the most urgent outcome, as the static solver's
-``min``; AND-joins are counted as plain edges in the chain and get their ``max`` back below.
-
-In a run-time state with active (running or triggered) nodes ``A`` and static steps ``s``::
-
-    steps(v) = 0                                          if v in A
-             = inf                                        if s(v) = inf (cannot run again)
-             = max(s(v), min over a in A of g_v(a) / h_v(a)**2)
-
-The ``max`` with the static value keeps AND-join waits (a join target cannot run before its last
-member) and makes deterministic parts equal the static values: with every probability 0 or 1,
-``g / h**2`` is a shortest distance, never above ``s(v)``.
+**Refresh rule.** Every tracker of the graph that shares the statistics reads one
+:class:`ExpectedTables`; each steps solve of a tracker (one per transition) asks it for the
+current solution. It solves again once the statistics have moved by ``max(1, REFRESH_SHARE x``
+the routers' decisions at the last solve``)`` observations (every decision early on, fewer once
+the probabilities settle: a decision moves them by about ``1 / decisions``), and only while the
+work spent stays within ``BUDGET_OPS`` multiply-adds per transition, amortised: a solve waits
+until the transitions since the last one have earned its cost (a small graph is covered at once;
+a 100-node graph's first solve waits about 2,000 transitions, with static steps until then). A
+chain whose router rows changed is updated by rank-one steps instead of a new inversion where that
+is cheaper (:meth:`~kvflow_orch.stepmath.ChainSteps.with_rows`). Work is counted in multiply-adds,
+not seconds, so a run is reproducible on every machine; ``benchmarks/orch_overhead.py`` measures
+what a transition costs in time.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+import threading
+import weakref
+from typing import TYPE_CHECKING
 
-__all__ = ["ExpectedTables", "build_tables", "expected_steps"]
+from .constants import END
+from .stepmath import ChainSteps, OutcomeSteps, pooled, router_outcomes, solve, solve_ops
 
-INF = math.inf
-_TOL = 1e-12
-_MAX_SWEEPS = 20_000
+if TYPE_CHECKING:
+    from .asg import AgentStepGraph
+    from .branch_stats import BranchStats
 
-# tables[v][u] = (h, g): target v, firing node u
-ExpectedTables = list[list[tuple[float, float]]]
+__all__ = ["ExpectedTables", "BUDGET_OPS", "REFRESH_SHARE"]
 
-
-def build_tables(
-    size: int,
-    always: Sequence[Sequence[int]],
-    routed: Sequence[Mapping[int, float]],
-) -> ExpectedTables:
-    """``always[u]``: successors that fire whenever ``u`` fires (plain edges, join targets);
-    ``routed[u]``: conditional target -> probability (END left out)."""
-    tables: ExpectedTables = []
-    for v in range(size):
-        h = [0.0] * size
-        g = [0.0] * size
-        for _ in range(_MAX_SWEEPS):
-            change = 0.0
-            for u in range(size):
-                best_h, best_g = _fire(v, always[u], routed[u], h, g)
-                delta = abs(best_h - h[u]) + abs(best_g - g[u])
-                if delta > change:
-                    change = delta
-                h[u], g[u] = best_h, best_g
-            if change <= _TOL * (1 + max(g)):
-                break
-        tables.append(list(zip(h, g)))
-    return tables
+BUDGET_OPS = 500
+"""Solver work (multiply-adds) each transition earns: about 0.03 ms of pure Python (60 ns each)."""
+REFRESH_SHARE = 1 / 16
+"""Solve again after this share of the routers' decisions (at least one) was observed anew."""
+_CREDIT_CAP = 4  # credit saved up to this many solves of the last cost
 
 
-def _fire(v: int, always: Sequence[int], routed: Mapping[int, float], h: list[float], g: list[float]) -> tuple[float, float]:
-    best = (0.0, 0.0)
-    best_score = INF
-    for w in always:
-        cand = (1.0, 1.0) if w == v else (h[w], g[w] + h[w])
-        if cand[0] > 0 and _score(*cand) < best_score:
-            best, best_score = cand, _score(*cand)
-    if routed:
-        mh = mg = 0.0
-        for w, p in routed.items():
-            if w == v:
-                mh += p
-                mg += p
-            else:
-                mh += p * h[w]
-                mg += p * (g[w] + h[w])
-        if mh > 1.0:  # inclusion probabilities of a fan-out router may sum above 1
-            mg /= mh
-            mh = 1.0
-        if mh > 0 and _score(mh, mg) < best_score:
-            best = (mh, mg)
-    return best
+class ExpectedTables:
+    """The expected-steps solution of one graph under one statistics object, kept current.
 
+    ``current()`` returns the solution for the statistics as of the last refresh (None: no router
+    has learned anything yet, the steps are static); ``solves`` counts full solves and ``updates``
+    chain updates (rank-one, or a new inversion where the chain takes one), for benchmarks and tests.
+    """
 
-def _score(h: float, g: float) -> float:
-    """``E[T | hit] / P(hit)`` from ``h = P(hit)`` and ``g = E[T ; hit]``."""
-    return g / (h * h)
+    budget_ops = BUDGET_OPS
 
+    def __init__(self, asg: "AgentStepGraph", stats: "BranchStats") -> None:
+        index = asg.index
+        triggers = index.triggers
+        # weak: the graph keeps its tables per statistics object in a WeakKeyDictionary, which a
+        # strong reference from the value would keep alive forever (trackers hold the statistics)
+        self._stats = weakref.ref(stats)
+        self._workflow = asg.name
+        self._size = triggers.size
+        self._always = []
+        for u in range(self._size):
+            joins = (triggers.group_target[triggers.slot_group[s]] for s in triggers.member_slots[u])
+            self._always.append(tuple(dict.fromkeys((*index.plain[u], *joins))))
+        self._routers = [(u, index.name_of(u), sorted(targets)) for u, targets in enumerate(index.goto_ok) if targets]
+        self._index_of = index.index_of
+        self._lock = threading.Lock()
+        self._model: ChainSteps | OutcomeSteps | None = None
+        self._version: int | None = None  # stats version of the last refresh
+        self._due = 1  # observations after which the next refresh is due
+        self._rows: dict[int, dict[int, float]] = {}  # router -> the distribution solved with
+        self._cap = float(_CREDIT_CAP * BUDGET_OPS)
+        self._credit = self._cap  # a small graph's first solve needs no waiting
+        self._waiting_for = 0.0  # credit a refresh found too little of
+        self.solves = 0
+        self.updates = 0
 
-def expected_steps(tables: ExpectedTables, active: Sequence[int], static: list[float]) -> list[float]:
-    """Per node: the run-time steps of the module docstring from the static solution ``static``."""
-    out = list(static)
-    for v, row in enumerate(tables):
-        s = static[v]
-        if s == 0 or s == INF:
-            continue
-        best = INF
-        for a in active:
-            hv, gv = row[a]
-            if hv > 0:
-                score = _score(hv, gv)
-                if score < best:
-                    best = score
-        if best != INF and best > s:
-            out[v] = best
-    return out
+    def current(self) -> ChainSteps | OutcomeSteps | None:
+        """The solution to read steps from (refreshed first when the refresh rule allows)."""
+        stats = self._stats()
+        if stats is None:
+            return self._model
+        with self._lock:
+            self._credit = min(self._credit + BUDGET_OPS, self._cap)
+            version = stats.version
+            if self._version is not None and (version - self._version < self._due or self._credit < self._waiting_for):
+                return self._model
+            self._refresh(stats, version)
+            return self._model
+
+    # ----------------------------------------------------------------- solving
+    def _refresh(self, stats: "BranchStats", version: int) -> None:
+        workflow = self._workflow
+        rows: dict[int, dict[int, float]] = {}
+        decisions = 0.0
+        learned = False
+        for u, name, targets in self._routers:
+            probs = pooled(stats.probabilities(workflow, name, targets), stats.counts(workflow, name))
+            rows[u] = {self._index_of[t]: p for t, p in probs.items() if t != END}
+            decisions += stats.decisions(workflow, name)
+            learned = learned or len(set(probs.values())) > 1
+        model, cost = self._solve(rows) if learned else (None, 0.0)
+        if learned and model is None:  # not enough credit yet
+            return
+        self._model, self._rows = model, rows
+        self._version = version
+        self._due = max(1, math.ceil(REFRESH_SHARE * decisions))
+        self._credit -= cost
+        self._cap = float(_CREDIT_CAP * max(cost, BUDGET_OPS))
+        self._waiting_for = 0.0
+
+    def _solve(self, rows: dict[int, dict[int, float]]):
+        """``(solution, cost)``, or ``(None, 0)`` when the credit does not cover it yet."""
+        previous = self._model
+        if isinstance(previous, ChainSteps):
+            changed = {u: (router_outcomes(r) or [{}])[0] for u, r in rows.items() if r != self._rows[u]}
+            if not changed:  # the statistics moved elsewhere (another workflow's routers)
+                return previous, 0.0
+            cost = previous.update_ops(len(changed))
+            if not self._affords(cost):
+                return None, 0.0
+            self.updates += 1
+            return previous.with_rows(changed), cost
+        outcomes = [[{w: 1.0} for w in self._always[u]] + (router_outcomes(rows[u]) if u in rows else [])
+                    for u in range(self._size)]
+        cost = solve_ops(outcomes)
+        if not self._affords(cost):
+            return None, 0.0
+        self.solves += 1
+        return solve(outcomes), cost
+
+    def _affords(self, cost: float) -> bool:
+        if cost <= self._credit:
+            return True
+        self._waiting_for = cost
+        self._cap = max(self._cap, cost)
+        return False

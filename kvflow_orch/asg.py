@@ -12,12 +12,14 @@ nothing else; END may only be a target.
 
 from __future__ import annotations
 
+import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from ._expected import ExpectedTables, build_tables
+from ._expected import ExpectedTables
 from ._steps import TriggerIndex, solve_steps
 from .constants import END, RESERVED_NAMES, START
 from .errors import WorkflowError
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from .branch_stats import BranchStats
     from .builder import Workflow
 
-__all__ = ["AgentStepGraph", "GraphIndex"]
+__all__ = ["AgentStepGraph", "GraphIndex", "ExpectedTables"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +115,8 @@ class AgentStepGraph:
             raise WorkflowError("no edge from START: add wf.add_edge(START, '<first node>')")
 
         self.index = self._build_index()
-        self._expected_cache: tuple[tuple[int, int], ExpectedTables] | None = None
+        self._expected: weakref.WeakKeyDictionary[BranchStats, ExpectedTables] = weakref.WeakKeyDictionary()
+        self._expected_lock = threading.Lock()
         self._check_reachable()
 
     # ----------------------------------------------------------------- construction
@@ -206,8 +209,9 @@ class AgentStepGraph:
 
     def tracker(self, branch_stats: "BranchStats | None" = None) -> StepTracker:
         """A fresh :class:`StepTracker` for one instance of this workflow. With ``branch_stats``
-        its ``steps()`` are the expected steps under the learned routing probabilities (read now:
-        one instance keeps the probabilities it started with); without, the static steps."""
+        its ``steps()`` are the expected steps under the learned routing probabilities, which
+        follow the statistics while the instance runs (:meth:`expected_tables`); without, the
+        static steps."""
         return StepTracker(self, branch_stats)
 
     def routing_probabilities(self, branch_stats: "BranchStats") -> dict[str, dict[str, float]]:
@@ -219,26 +223,15 @@ class AgentStepGraph:
             if targets
         }
 
-    def expected_tables(self, branch_stats: "BranchStats") -> "ExpectedTables":
-        """The per-target tables of :mod:`kvflow_orch._expected` for the stats' current version
-        (cached per stats object and version)."""
-        key = (id(branch_stats), branch_stats.version)
-        cached = self._expected_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        index = self.index
-        probs = self.routing_probabilities(branch_stats)
-        size = index.triggers.size
-        always = []
-        routed = []
-        for u in range(size):
-            joins = (index.triggers.group_target[index.triggers.slot_group[s]] for s in index.triggers.member_slots[u])
-            always.append(tuple(dict.fromkeys((*index.plain[u], *joins))))
-            chosen = probs.get(index.name_of(u), {})
-            routed.append({index.index_of[t]: p for t, p in chosen.items() if t != END})
-        tables = build_tables(size, always, routed)
-        self._expected_cache = (key, tables)
-        return tables
+    def expected_tables(self, branch_stats: "BranchStats") -> ExpectedTables:
+        """The expected-steps tables of :mod:`kvflow_orch._expected` under ``branch_stats``: one
+        object per statistics object, shared by every tracker of this graph, which solves again as
+        the statistics move (``current()``)."""
+        with self._expected_lock:
+            tables = self._expected.get(branch_stats)
+            if tables is None:
+                tables = self._expected[branch_stats] = ExpectedTables(self, branch_stats)
+            return tables
 
     def to_networkx(self) -> "nx.DiGraph":
         """``nx.DiGraph`` with node attrs ``kind``/``agent`` and edge attrs ``kind``/``key``/``join``."""

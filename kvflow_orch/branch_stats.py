@@ -16,6 +16,10 @@ them), so a router never observed is uniform and no declared target gets probabi
 ``decay < 1`` every observation first multiplies the router's counts by ``decay``, so old decisions
 fade (a window of about ``1 / (1 - decay)`` decisions) and a drifting app is followed.
 
+Expected steps read the counts through the thin-statistics guard (:func:`kvflow_orch.stepmath.pooled`):
+targets whose counts do not differ significantly share one probability, so a router with a
+handful of decisions keeps the static order among its targets.
+
 Bounded: at most ``max_routers`` routers (the least recently observed is forgotten) and
 ``max_targets`` targets per router (the rarest other target makes room for a new one). Thread- and task-safe: one lock
 guards every read and write; ``version`` changes on every observation so callers can cache what
@@ -116,6 +120,12 @@ class BranchStats:
         with self._lock:
             entry = self._routers.get((workflow, router))
             return entry.decisions if entry else 0.0
+
+    def counts(self, workflow: str, router: str) -> dict[str, float]:
+        """How many decisions of ``router`` included each target (decayed; unobserved targets absent)."""
+        with self._lock:
+            entry = self._routers.get((workflow, router))
+            return dict(entry.counts) if entry else {}
 
     def routers(self, workflow: str | None = None) -> list[tuple[str, str]]:
         """Observed (workflow, router) keys, optionally of one workflow."""

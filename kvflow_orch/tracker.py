@@ -6,7 +6,7 @@ import math
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from ._expected import expected_steps
+from .stepmath import expected_steps
 from .constants import END
 from .errors import WorkflowError
 
@@ -39,18 +39,22 @@ class StepTracker:
       arrived in each AND-join it belongs to; a join whose members have all arrived triggers its
       target and resets its flags.
 
-    Reading: ``steps()`` is the least fixed point of the equations in :mod:`kvflow_orch._steps` (``math.inf`` for nodes that
-    cannot run again); with ``branch_stats`` it is the expected steps of :mod:`kvflow_orch._expected`
-    under the routing probabilities learned when the tracker was created, ``agent_steps()`` the min over each agent identity's nodes, ``done`` is true
-    when nothing is running or triggered. Updates cost O(out-degree); ``steps()`` is O(V + E) and
-    cached until the next transition.
+    Reading: ``steps()`` is the least fixed point of the equations in :mod:`kvflow_orch._steps`
+    (``math.inf`` for nodes that cannot run again); with ``branch_stats`` it is the expected steps of
+    :mod:`kvflow_orch.stepmath` under the routing probabilities learned so far: the first read after
+    each transition asks the graph's shared tables (:mod:`kvflow_orch._expected`) for their current
+    solution, so decisions observed during the run reach the steps. ``agent_steps()`` is the min over
+    each agent identity's nodes, ``done`` is true when nothing is running or triggered. Updates cost
+    O(out-degree); ``steps()`` is O(V + E) (plus O(V) per active node with statistics) and cached
+    until the next transition.
     """
 
-    __slots__ = ("_asg", "_graph", "_running", "_triggered", "_arrived", "_pending", "_cache", "_tables")
+    __slots__ = ("_asg", "_graph", "_running", "_triggered", "_arrived", "_pending", "_cache", "_tables", "_stats")
 
     def __init__(self, asg: "AgentStepGraph", branch_stats: "BranchStats | None" = None) -> None:
         self._asg = asg
-        self._tables = asg.expected_tables(branch_stats) if branch_stats is not None else None
+        self._stats = branch_stats  # the graph's tables for these statistics live as long as they do
+        self._tables = asg.expected_tables(branch_stats) if branch_stats is not None else None  # follows the stats
         self._graph = graph = asg.index
         index = graph.triggers
         self._running: dict[int, int] = {}
@@ -139,7 +143,8 @@ class StepTracker:
         if self._cache is None:
             active = [*self._running, *self._triggered]
             static = self._graph.solve(active, self._arrived, self._pending)
-            self._cache = static if self._tables is None else expected_steps(self._tables, active, static)
+            model = self._tables.current() if self._tables is not None else None
+            self._cache = static if model is None else expected_steps(model, active, static)
         return self._cache
 
     @property

@@ -15,7 +15,7 @@ State keys: ``task`` (input), ``turn``, ``plan``, ``work``.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, TypedDict
+from typing import Any, Mapping, Sequence, TypedDict
 
 from kvflow_orch import END, START, Workflow
 
@@ -36,8 +36,13 @@ def worker_names(workers: int) -> list[str]:
     return [f"worker_{i}" for i in range(workers)]
 
 
-def routing(workers: int = 8, zipf_s: float = 1.2) -> dict[str, dict[str, float]]:
-    """Router -> target -> weight of the worker choice (END comes after ``rounds`` decisions)."""
+def routing(workers: int = 8, zipf_s: float = 1.2, weights: Sequence[float] | None = None) -> dict[str, dict[str, float]]:
+    """Router -> target -> weight of the worker choice (END comes after ``rounds`` decisions):
+    Zipf(``zipf_s``), or ``weights`` (one per worker, normalised) when given."""
+    if weights is not None:
+        if len(weights) != workers or any(w < 0 for w in weights) or sum(weights) <= 0:
+            raise ValueError(f"weights must be {workers} non-negative numbers with a positive sum, got {weights!r}")
+        return {"supervisor": {n: w / sum(weights) for n, w in zip(worker_names(workers), weights)}}
     return {"supervisor": dict(zip(worker_names(workers), zipf_weights(workers, zipf_s)))}
 
 
@@ -62,12 +67,13 @@ def _route(state: Mapping[str, Any], names: list[str], weights: Mapping[str, flo
 
 
 def supervisor(workers: int = 8, zipf_s: float = 1.2, rounds: int = 6, fixed: int = 256, dynamic: int = 16,
-               output: int = 16, seed: int = 0) -> Workflow:
+               output: int = 16, seed: int = 0, weights: Sequence[float] | None = None) -> Workflow:
     """The DSL workflow: ``fixed`` filler tokens per role prompt, ``dynamic`` per request, ``output``
-    reply tokens; the supervisor runs ``rounds + 1`` times and workers ``rounds`` times in all."""
+    reply tokens; the supervisor runs ``rounds + 1`` times and workers ``rounds`` times in all.
+    ``weights``: the routing weights of the workers instead of Zipf(``zipf_s``)."""
     _check(workers, rounds)
     names = worker_names(workers)
-    weights = routing(workers, zipf_s)["supervisor"]
+    weights = routing(workers, zipf_s, weights)["supervisor"]
     boss, roles = _roles(workers, fixed)
     wf = Workflow("supervisor")
 

@@ -26,6 +26,8 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+from kvflow_orch.stepmath import solve
+
 __all__ = ["MarkovChain", "PagingRates", "mean_first_passage", "best_online_policy", "hit_rates",
            "belady_hits", "chain_of_routing"]
 
@@ -68,23 +70,15 @@ def chain_of_routing(routing: Mapping[str, Mapping[str, float]], names: Sequence
     return MarkovChain(order, tuple(rows), order.index(start) if start else 0)
 
 
-def mean_first_passage(chain: MarkovChain, iterations: int = 5000) -> list[list[float]]:
+def mean_first_passage(chain: MarkovChain, iterations: int | None = None) -> list[list[float]]:
     """``m[x][y]``: expected calls from a call of ``x`` until the next call of ``y`` (``y != x``;
-    ``m[x][x]`` is the mean return time). Value iteration on ``m[x][y] = 1 + sum_z p[x][z] m[z][y]``
-    with ``m[y][y]`` treated as 0 inside the sum; ``inf`` where ``y`` is unreachable."""
+    ``m[x][x]`` is the mean return time); ``inf`` where ``y`` is unreachable. These are the
+    expected steps of :mod:`kvflow_orch.stepmath` (the tracker's own math: in a chain that never
+    ends every reachable agent runs again surely, so ``E[T | runs] / P(runs)`` is ``E[T]``).
+    ``iterations`` is accepted for compatibility and unused (the solve is exact)."""
     n = len(chain.names)
-    out = [[0.0] * n for _ in range(n)]
-    for y in range(n):
-        h = [0.0] * n
-        for _ in range(iterations):
-            new = [1 + sum(chain.p[x][z] * (0.0 if z == y else h[z]) for z in range(n)) for x in range(n)]
-            if max(abs(a - b) for a, b in zip(new, h)) < 1e-12:
-                h = new
-                break
-            h = new
-        for x in range(n):
-            out[x][y] = h[x] if h[x] < 1e9 else float("inf")
-    return out
+    model = solve([[{z: p for z, p in enumerate(chain.p[x]) if p > 0}] for x in range(n)])
+    return [list(model.scores(x)) for x in range(n)]
 
 
 Policy = Callable[[int, frozenset, dict], int]

@@ -5,7 +5,8 @@ a :class:`KVFlowHint` with the steps of every agent *at call time* (the same cal
 makes); a plain function node finishes at once. Routing at conditional edges follows
 :class:`~.workloads.WorkflowSpec`'s ``loop_limit`` and ``routing`` rules with the instance's own
 seeded random stream, so an instance takes the same path in every simulated system. With routing
-statistics (``kvflow-learned``) every decision is observed and the tracker answers expected steps.
+statistics (``kvflow-learned``) every decision is observed and the tracker answers expected steps,
+which follow the statistics while the instance runs (learned online, shared by every instance).
 """
 
 from __future__ import annotations
@@ -127,8 +128,6 @@ class GraphClient(WarmingClient):
     # ---- the workflow ----------------------------------------------------------------------
     def start(self) -> None:
         self.start_s = self.sim.events.now
-        if self.branch_stats is not None:  # the probabilities learned until now
-            self.tracker = self.spec.asg.tracker(self.branch_stats)
         if self.tracker.running.get(START):
             self.tracker.finish(START, goto=self._choose(START))
         self._launch()

@@ -1,6 +1,6 @@
 """``kvflow bench``: simulate workflows on a hardware profile, replay recorded traces, calibrate.
 
-    kvflow bench sim [--standard] [--hardware H] [--model M] [--workload W] [--fixed N ...]
+    kvflow bench sim [--standard] [--hardware H] [--model M] [--workload W] [--online] [--fixed N ...]
                      [--output N ...] [--branches N ...] [--instances N ...] [--systems S ...]
                      [--device-tokens N] [--host-tokens N] [--out DIR] [--no-plots]
     kvflow bench replay TRACE [--hardware H] [--model M] [--systems S ...] [--out DIR]
@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--routed-table", action="store_true",
                      help="supervisor/swarm: run the learned-routing table (2 models x H100, A10G@2GB/s x "
                           "1, 16 instances x host tier on/off); other workload flags are ignored")
+    sim.add_argument("--online", action="store_true",
+                     help="supervisor/swarm: kvflow-learned starts from empty statistics and learns within each "
+                          "run (no training walks first)")
     sim.add_argument("--fixed", type=int, nargs="+", default=None,
                      help="fixed-prefix tokens (default 4096; synthetic and concurrent only)")
     sim.add_argument("--dynamic", type=int, default=None, help="dynamic tokens (default 32; 256 concurrent/graphs)")
@@ -105,20 +108,26 @@ def _scenarios(args: argparse.Namespace):
         w = with_stats(load_trace(args.trace, seed=args.seed))
         hw, model = load_hardware(args.hardware), load_model(args.model)
         return "replay", [Scenario("replay", hw, model, w, args.device_tokens, args.host_tokens)]
+    online = getattr(args, "online", False)
+    if online and (args.standard or args.workload not in ROUTED_WORKLOADS):
+        raise ValueError(f"--online applies to --workload {' or '.join(ROUTED_WORKLOADS)} (learned routing), "
+                         f"not to {'--standard' if args.standard else args.workload}")
+    train = {"train_runs": 0} if online else {}
+    suffix = "-online" if online else ""
     if args.standard:
         return "standard", standard_scenarios(args.seed)
     if args.workload in ROUTED_WORKLOADS:
         if args.routed_table:
-            return f"{args.workload}-table", routed_scenarios(args.workload, args.seed)
+            return f"{args.workload}-table{suffix}", routed_scenarios(args.workload, args.seed, **train)
         hw, model = load_hardware(args.hardware), load_model(args.model)
         out = []
         for n in args.instances:
             w = routed_workload(args.workload, agents=args.agents, zipf_s=args.zipf, rounds=args.rounds,
-                                output=args.output[0], instances=n, seed=args.seed,
+                                output=args.output[0], instances=n, seed=args.seed, **train,
                                 **({"dynamic": args.dynamic} if args.dynamic is not None else {}))
             device = args.device_tokens if args.device_tokens is not None else routed_device_tokens(w)
             out.append(Scenario(args.workload, hw, model, w, device, args.host_tokens))
-        return args.workload, out
+        return args.workload + suffix, out
     hw, model = load_hardware(args.hardware), load_model(args.model)
     out = []
     concurrent = args.workload == "concurrent"
@@ -149,7 +158,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     name, scenarios = _scenarios(args)
     if args.systems is None:  # the routed table's bounds include the perfect-prediction oracle
-        args.systems = list(SYSTEM_NAMES if name.endswith("-table") else DEFAULT_SYSTEMS)
+        args.systems = list(SYSTEM_NAMES if "-table" in name else DEFAULT_SYSTEMS)
     out = args.out or (DEFAULT_OUT / name)
     print(f"kvflow bench {args.bench_command}: {len(scenarios)} scenarios x {len(args.systems)} systems; results go to "
           f"{out.resolve()}", file=sys.stderr, flush=True)

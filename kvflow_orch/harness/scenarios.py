@@ -42,10 +42,12 @@ def with_stats(workload: Workload, train_runs: int = 0) -> Workload:
 
 def routed_workload(name: str, *, agents: int | None = None, zipf_s: float = 1.2, rounds: int | None = None,
                     fixed: int = 4096, dynamic: int = 32, output: int = 32, instances: int = 1,
-                    seed: int = 0) -> Workload:
+                    seed: int = 0, train_runs: int = TRAIN_RUNS) -> Workload:
     """``workflows.supervisor`` (``agents`` workers, default 8, ``rounds`` worker turns, default 40)
     or ``workflows.swarm`` (``agents`` agents, default 6, ``rounds`` hand-offs, default 40) with
-    role prompts of about ``fixed`` tokens each, routed by their seeded Zipf(``zipf_s``) weights."""
+    role prompts of about ``fixed`` tokens each, routed by their seeded Zipf(``zipf_s``) weights.
+    ``kvflow-learned`` trains on ``train_runs`` routing-only walks per instance first (0: online,
+    from empty statistics, learning within the measured run only)."""
     rounds = rounds or 40
     # role prompts are filler words; text_tokens gives about 1.5 tokens per word
     words = max(1, int(fixed / 1.5))
@@ -67,7 +69,7 @@ def routed_workload(name: str, *, agents: int | None = None, zipf_s: float = 1.2
                    instances=instances, seed=seed, routing=weights)
     from dataclasses import replace
 
-    return with_stats(replace(w, labels={**w.labels, "zipf_s": zipf_s, "rounds": rounds}), TRAIN_RUNS)
+    return with_stats(replace(w, labels={**w.labels, "zipf_s": zipf_s, "rounds": rounds}), train_runs)
 
 
 def routed_device_tokens(workload: Workload, share: float = 1 / 3) -> int:
@@ -80,16 +82,17 @@ def routed_device_tokens(workload: Workload, share: float = 1 / 3) -> int:
     return int(hot + share * sum(sizes.values()) + room)
 
 
-def routed_scenarios(name: str, seed: int = 0, instances: tuple[int, ...] = (1, 16)) -> list[Scenario]:
+def routed_scenarios(name: str, seed: int = 0, instances: tuple[int, ...] = (1, 16),
+                     train_runs: int = TRAIN_RUNS) -> list[Scenario]:
     """The learned-routing table: Llama-3.1-8B and Qwen2.5-32B on H100 and on A10G at a 2 GB/s link,
     ``instances`` concurrent workflows, host tier on and off, device pool per
-    :func:`routed_device_tokens`."""
+    :func:`routed_device_tokens`; ``train_runs`` as :func:`routed_workload`'s."""
     h100, a10g = load_hardware("h100-sxm"), with_link(load_hardware("a10g"), 2)
     out = []
     for model in (load_model("llama-3.1-8b"), load_model("qwen2.5-32b")):
         for hw in (h100, a10g):
             for n in instances:
-                w = routed_workload(name, instances=n, seed=seed)
+                w = routed_workload(name, instances=n, seed=seed, train_runs=train_runs)
                 device = routed_device_tokens(w)
                 for host in (None, 0):
                     group = f"{name}-{'host' if host is None else 'nohost'}"

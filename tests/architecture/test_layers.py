@@ -62,6 +62,18 @@ def test_contract_loads_only_pydantic_and_the_standard_library() -> None:
     assert not ours(mods, "backends")
 
 
+def test_step_math_is_a_leaf_of_the_standard_library() -> None:
+    # every layer may import it (backends included), so it may import nothing of ours
+    mods = loaded_by("import kvflow_orch.stepmath")
+    stdlib = {m for m in tops(mods) if m in sys.stdlib_module_names or m.startswith("_sysconfigdata")}
+    assert tops(mods) - stdlib == {"kvflow_orch"}, sorted(tops(mods) - stdlib)
+    assert ours(mods, "kvflow_orch") - ours(mods, "kvflow_orch.stepmath") == {"kvflow_orch"}
+    for path in modules_under("kvflow_orch/stepmath"):
+        foreign = {m for m in imports_of(path) if m.split(".")[0] not in sys.stdlib_module_names
+                   and m.split(".")[0] != "__future__" and not m.startswith("kvflow_orch.stepmath")}
+        assert not foreign, f"{path.relative_to(ROOT)} imports {sorted(foreign)}"
+
+
 def test_brain_loads_no_engine_server_or_orchestrator() -> None:
     mods = loaded_by("import backends.kvcache")
     assert not tops(mods) & HEAVY, sorted(tops(mods) & HEAVY)
@@ -140,6 +152,8 @@ def modules_under(folder: str) -> list[Path]:
 
 @pytest.mark.parametrize("path", modules_under("backends"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_backends_import_only_the_contract_of_the_orchestrator(path: Path) -> None:
+    # of the orchestrator, backends use the contract, the step math (kvflow_orch.stepmath) and,
+    # in the simulator, the hint builder and START/END
     banned = ("kvflow_orch.builder", "kvflow_orch.runtime", "kvflow_orch.tracker", "kvflow_orch.asg",
               "kvflow_orch.langgraph", "kvflow_orch.cli", "kvflow_orch.harness", "kvflow_orch.clients", "workflows")
     bad = {m for m in imports_of(path) if m.startswith(banned) or m == "kvflow_orch"}

@@ -19,21 +19,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_router_decisions_are_learned_and_hints_carry_expected_steps(server):
     stats = BranchStats()
-    result = run(review_loop(rounds=3), {"idea": "x"}, backend=server.url, branch_stats=stats)
-    assert result.state["rounds"] == 3
-    assert stats.decisions("loop", "count") == 3
-    assert stats.probabilities("loop", "count", ["eng", END]) == pytest.approx({"eng": 3 / 5, END: 2 / 5})
-    # A run reads the probabilities when it starts: uniform here (p(eng) = 1/2). While count runs,
-    # eng is E[T | runs] / P(runs) = 1 / (1/2) = 2 (static: 1) and qa 2 / (1/2) = 4 (static: 2).
+    result = run(review_loop(rounds=12), {"idea": "x"}, backend=server.url, branch_stats=stats)
+    assert result.state["rounds"] == 12
+    assert stats.decisions("loop", "count") == 12
+    assert stats.probabilities("loop", "count", ["eng", END]) == pytest.approx({"eng": 12 / 14, END: 2 / 14})
+    qa = [h["steps"] for h in server.hints() if h["agent"] == "qa"]
+    assert len(qa) == 12
+    # The run learns while it runs. Its first decisions are too few to rank eng apart from END, so
+    # the steps stay static (count, then eng: 2); by the 12th review the router has fixed 11 times,
+    # p(eng) = 12/13, and eng is E[T | runs] / P(runs) = 2 / (12/13) steps away.
+    assert qa[0] == {"pm": None, "eng": 2, "qa": 0}
+    assert qa[-1]["eng"] == pytest.approx(2 * 13 / 12, rel=1e-5)
+    assert qa[5]["eng"] == 2 and qa[8]["eng"] > qa[-1]["eng"] > 2  # 8 fixes in a row are significant, 5 not yet
     updates = [u["steps"] for u in server.steps_updates() if not u["done"]]
-    assert {"pm": None, "eng": 2, "qa": 4} in updates
+    assert updates[-1]["eng"] == pytest.approx(1 * 13 / 12, rel=1e-5)  # while count decides: eng 1 step, p 12/13
     before = len(server.hints())
     run(review_loop(rounds=3), {"idea": "y"}, backend=server.url, branch_stats=stats)
     hints = [(h["agent"], h["steps"]) for h in server.hints()[before:]]
-    # the deterministic part is static; while qa runs eng is 2 steps away through the router (p 3/5)
+    # the next run starts from what the first learned; the deterministic part is static
     assert hints[1] == ("eng", {"pm": None, "eng": 0, "qa": 1})
-    assert hints[2][0] == "qa" and hints[2][1]["eng"] == pytest.approx(2 / (3 / 5))
-    assert stats.decisions("loop", "count") == 6
+    assert hints[2][0] == "qa" and hints[2][1]["eng"] == pytest.approx(2 * 14 / 12, rel=1e-5)
+    assert stats.decisions("loop", "count") == 15
 
 
 def test_static_stays_the_default(server, monkeypatch):
@@ -71,7 +77,7 @@ wf.add_node("b", lambda s: None)
 wf.add_edge(START, "pick")
 wf.add_edge("a", "pick")
 wf.add_edge("b", "pick")
-wf.add_conditional_edges("pick", lambda s: END if s["n"] > 4 else ("a" if s["n"] % 4 else "b"), ["a", "b", END])
+wf.add_conditional_edges("pick", lambda s: END if s["n"] > 16 else ("a" if s["n"] % 4 else "b"), ["a", "b", END])
 run(wf, {}, backend="local")
 """
 
@@ -84,7 +90,7 @@ def test_stats_file_persists_across_processes(tmp_path):
     data = json.loads(path.read_text())
     (router,) = data["routers"]
     assert (router["workflow"], router["router"]) == ("router", "pick")
-    assert router["decisions"] == 10 and router["counts"] == {"a": 6.0, "b": 2.0, END: 2.0}
+    assert router["decisions"] == 34 and router["counts"] == {"a": 24.0, "b": 8.0, END: 2.0}
     stats = BranchStats.load(path)
     asg_steps = _expected_after_pick(stats)
     assert asg_steps["a"] < asg_steps["b"]

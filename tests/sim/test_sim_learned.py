@@ -54,6 +54,21 @@ def test_learned_hints_carry_fractional_steps_ordered_by_popularity():
     assert {static[9 + hints[9:].index(boss[0])].steps[a] for a in ranked} == {1}
 
 
+def test_learned_online_from_empty_statistics_within_one_run():
+    # no training walks, fresh statistics: what the run learns reaches its own later hints
+    w = replace(routed_workload("supervisor", fixed=256, rounds=60), train_runs=0)
+    assert len(w.branch_stats) == 0
+    hints = []
+    simulate(get_system("kvflow-learned"), w, H100, LLAMA, device_tokens=routed_device_tokens(w), host_tokens=0,
+             on_submit=lambda req: hints.append(req.hint))
+    weights = w.instances[0].spec.routing["supervisor"]
+    ranked = sorted(weights, key=weights.get, reverse=True)
+    boss = [h.steps for h in hints[len(weights) + 1:] if h.agent == "supervisor"]
+    assert {boss[0][a] for a in ranked} == {1}  # the first decisions are too few to rank: static steps
+    last = boss[-1]
+    assert last[ranked[-1]] > 2 * last[ranked[0]] > 2, last
+
+
 def test_learned_keeps_the_popular_workers_without_a_host_tier():
     w = routed_workload("supervisor", fixed=1024, rounds=30)
     run = {name: simulate(get_system(name), w, H100, LLAMA, device_tokens=routed_device_tokens(w), host_tokens=0)
@@ -86,6 +101,22 @@ def test_bench_sim_routed_workloads(tmp_path, workload):
     assert {r["system"] for r in rows} == {"kvflow", "kvflow-learned", "belady", "infinite"}
     assert "kvflow-learned device hits within 5% points of belady" in out.getvalue()
     assert Counter(r["labels"]["zipf_s"] for r in rows) == {1.2: 4}
+
+
+def test_bench_sim_online_learns_from_empty_statistics(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = kvflow_main(["bench", "sim", "--workload", "swarm", "--online", "--rounds", "30", "--agents", "4",
+                          "--systems", "kvflow", "kvflow-learned", "--host-tokens", "0", "--no-plots",
+                          "--out", str(tmp_path)])
+    assert rc == 0, err.getvalue()
+    rows = {r["system"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
+    assert set(rows) == {"kvflow", "kvflow-learned"} and rows["kvflow"]["requests"] == rows["kvflow-learned"]["requests"]
+    assert routed_workload("swarm", rounds=3, train_runs=0).train_runs == 0  # what --online builds
+    assert routed_workload("swarm", rounds=3).train_runs > 0
+    with redirect_stdout(io.StringIO()), redirect_stderr(err := io.StringIO()):
+        rc = kvflow_main(["bench", "sim", "--workload", "synthetic", "--online", "--no-plots", "--out", str(tmp_path)])
+    assert rc == 2 and "--online applies to --workload supervisor or swarm" in err.getvalue()
 
 
 def test_oracle_hints_carry_the_true_distance_to_each_agents_next_call():
