@@ -36,12 +36,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
 def plain_env() -> dict[str, str]:
     """This environment without any ``VLLM_*`` variable: the server starts as users type it."""
     return {**{k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}, "PYTHONPATH": str(ROOT)}
 
 
+@contextlib.contextmanager
 def vllm_server(model: Path, log: Path, flags: Sequence[str] = (), *, port: int | None = None) -> Iterator[str]:
     """Run ``kvflow serve --engine vllm --model MODEL FLAGS`` (no ``VLLM_*`` variables) until
     /health answers; yield its URL."""
