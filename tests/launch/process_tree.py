@@ -1,5 +1,6 @@
 """What a stop test checks, read from /proc independently of the code under test: a process and
-all its descendants, whether they are gone, whether a port is free again."""
+all its descendants, whether they are gone, whether a port is free again; and when a server it
+started answers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+import httpx
 import pytest
 
 requires_proc = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from /proc (Linux)")
@@ -77,6 +79,20 @@ def describe(pids: Iterable[int]) -> list[str]:
             command = "(gone)"
         out.append(f"{pid}: {command[:200]}")
     return out
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float, what: str = "the server") -> None:
+    """Until ``url``/health answers 200; fails at once if ``proc`` exits (naming ``what``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, f"{what} exited with {proc.returncode} while starting"
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{what} did not answer /health within {timeout_s:.0f} s"
+        time.sleep(0.2)
 
 
 def assert_stops(proc: subprocess.Popen, signum: int, pids: set[int], ports: Iterable[int], within_s: float = 10.0) -> int:

@@ -15,14 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from process_tree import assert_stops, requires_proc, tree  # noqa: E402
+from process_tree import assert_stops, requires_proc, tree, wait_healthy  # noqa: E402
 
 pytestmark = requires_proc
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,16 +51,7 @@ def stub_sglang(tmp_path: Path) -> dict[str, str]:
 def _serve(model_dir: Path, env: dict[str, str], port: int) -> tuple[subprocess.Popen, set[int]]:
     proc = subprocess.Popen([sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "sglang",
                              "--model", str(model_dir), "--port", str(port)], cwd=ROOT, env=env)
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, f"kvflow serve exited with {proc.returncode} while starting"
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "kvflow serve --engine sglang did not answer /health"
-        time.sleep(0.1)
+    wait_healthy(proc, f"http://127.0.0.1:{port}", 60, "kvflow serve --engine sglang")
     started = json.loads(Path(env["STUB_PIDS"]).read_text())
     return proc, tree(proc.pid) | {started["leader"], *started["helpers"]}
 

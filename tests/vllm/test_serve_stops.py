@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,7 +15,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "launch"))
-from process_tree import assert_stops, requires_proc, tree  # noqa: E402
+from process_tree import assert_stops, requires_proc, tree, wait_healthy  # noqa: E402
 from vllm_server import HAVE_VLLM, SKIP_REASON, START_TIMEOUT_S, free_port, export_smollm2, plain_env  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON), requires_proc,
@@ -32,16 +31,11 @@ def test_plain_kvflow_serve_engine_vllm_serves_then_stops_with_everything_it_sta
         proc = subprocess.Popen([sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model",
                                  str(model), "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + START_TIMEOUT_S
-        while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text(errors="replace")[-4000:]
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "vLLM did not start"
-            time.sleep(2)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(proc, url, START_TIMEOUT_S, "kvflow serve --engine vllm")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; log:\n" + (tmp_path / "server.log").read_text(errors="replace")[-4000:]) from None
         reply = httpx.post(url + "/v1/chat/completions", timeout=300, json={
             "model": str(model), "max_tokens": 8, "temperature": 0,
             "messages": [{"role": "user", "content": "What is the capital of France?"}]})
