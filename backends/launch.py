@@ -1,17 +1,20 @@
 """Running an external serving engine (SGLang, vLLM) from ``kvflow serve --engine ...``.
 
 Each engine's launcher turns ``kvflow serve``'s flags into a :class:`LaunchPlan`; this module runs
-a plan in the foreground the same way for every engine. Not a host: both plugins import it.
+a plan in the foreground the same way for every engine: the engine leads its own session, the
+signals that stop ``kvflow serve`` stop it, and nothing of it outlives ``kvflow serve``
+(:mod:`backends.process_group`). Not a host: both plugins import it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
+
+from .process_group import run_foreground
 
 __all__ = ["LaunchPlan", "ServeOptions", "run_plan", "serve_options"]
 
@@ -46,7 +49,9 @@ def serve_options(args: Any, default_policy: str) -> dict[str, Any]:
 
 def run_plan(make_plan: Callable[[], LaunchPlan], *, package: str, missing: str) -> int:
     """Build the plan (a ValueError is a usage error: exit 2, one line), check that ``package`` is
-    importable here (else print ``missing``, exit 2), print the command, run it until it exits."""
+    importable here (else print ``missing``, exit 2), print the command, run it until it exits or
+    ``kvflow serve`` is told to stop (SIGTERM, SIGINT, SIGHUP: passed on, then whatever is left of
+    the engine is killed after a grace period)."""
     try:
         plan = make_plan()
     except ValueError as exc:
@@ -57,7 +62,4 @@ def run_plan(make_plan: Callable[[], LaunchPlan], *, package: str, missing: str)
         return 2
     print("kvflow serve: " + " ".join(f"{k}={v}" for k, v in plan.env.items()) + " " + " ".join(plan.argv),
           file=sys.stderr, flush=True)
-    try:
-        return subprocess.call(plan.argv, env={**os.environ, **plan.env})
-    except KeyboardInterrupt:
-        return 130
+    return run_foreground(plan.argv, env={**os.environ, **plan.env})

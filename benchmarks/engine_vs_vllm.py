@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 import engine_speed  # noqa: E402
+from backends import process_group  # noqa: E402
 from _engine_workload import describe_machine, load_average, random_tokens  # noqa: E402
 
 BENCH_SERVE = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--dataset-name", "random",
@@ -65,22 +65,17 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout: float) -> None:
 
 @contextlib.contextmanager
 def server(argv: Sequence[str], url: str, log: Path, env: dict[str, str], timeout: float) -> Iterator[float]:
-    """Start ``argv`` in its own process group, yield its start-up time once ``url`` answers, kill the group."""
+    """Start ``argv`` in a session of its own, yield its start-up time once ``url`` answers, then stop
+    it and everything it started (:mod:`backends.process_group`)."""
     start = time.monotonic()
     with log.open("w") as out:
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = process_group.start(argv, die_with_parent=True, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         _wait_ready(url, proc, timeout)
         yield time.monotonic() - start
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        # a kvflow serve gives its engine STOP_GRACE_S before it kills the rest: wait for that to finish
+        process_group.stop([proc], grace_s=2 * process_group.STOP_GRACE_S)
 
 
 def served_model(url: str) -> str:

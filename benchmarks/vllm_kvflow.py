@@ -86,8 +86,9 @@ def server(model: Path, policy: str, device_tokens: int, log: Path, dtype: str, 
     argv = [str(VLLM_PYTHON), "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
             "--policy", policy, "--device-tokens", str(device_tokens), "--port", str(port), "--dtype", dtype,
             "--block-size", str(block_size)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-           "VLLM_SERVER_DEV_MODE": "1"}  # POST /reset_prefix_cache: every workload starts from a cold cache
+    # the command users type (kvflow serve sizes vLLM's memory from --device-tokens), plus one route:
+    # POST /reset_prefix_cache (dev mode), so that every workload starts from a cold cache
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_SERVER_DEV_MODE": "1"}
     with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT) as url:
         yield url
 

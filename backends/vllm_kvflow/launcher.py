@@ -11,16 +11,23 @@ side-by-side comparisons. ``--device-tokens`` sizes the KV pool through
 ``--num-gpu-blocks-override`` (rounded up to whole blocks, plus vLLM's null block); ``--host-tokens`` sizes vLLM's CPU
 offloading tier (``--kv-offloading-size``, CUDA only: vLLM refuses it on CPU). Every flag kvflow
 does not know goes to vLLM unchanged, after ours, so it wins.
+
+On vLLM's CPU build the memory vLLM reserves follows from the pool: ``--kv-cache-memory-bytes``
+is what ``--device-tokens`` of KV take (without ``--device-tokens``: :data:`DEFAULT_CPU_KV_BYTES`
+or one full-length sequence, whichever is larger). Left to itself, vLLM reserves 92% of the
+machine's memory and refuses to start when other processes hold more than 8% of it.
+``--kv-cache-memory-bytes`` among the pass-through flags, or ``VLLM_CPU_KVCACHE_SPACE`` (GiB, which
+vLLM reads over the flag), overrides it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,15 +35,17 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from backends import process_group
 from backends.launch import LaunchPlan, ServeOptions, run_plan, serve_options
 from . import CONFIG_ENV, PLUGIN_NAME, POLICY_NAME, SCHEDULER_CLS
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "main", "block_size_of", "kv_bytes_per_token",
-           "CPU_BLOCK_SIZE", "running"]
+           "CPU_BLOCK_SIZE", "DEFAULT_CPU_KV_BYTES", "is_cpu_build", "running"]
 
 BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
 OFFLOAD_POLICY, OFFLOAD_MODULE = "KVFlowCachePolicy", "backends.vllm_kvflow.offload"  # see offload.py
 CPU_BLOCK_SIZE = 128  # vLLM's CPU backend default; --block-size in the pass-through flags overrides it
+DEFAULT_CPU_KV_BYTES = 2**30  # what the benchmarks and tests reserved before kvflow sized it
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
 
@@ -86,10 +95,38 @@ def _model_max_len(model_dir: str) -> int | None:
         return None
 
 
+def is_cpu_build() -> bool:
+    """Whether the vLLM in this Python is its CPU build, as vLLM itself decides it (the target device
+    variable, else ``+cpu`` in the ``vllm`` version, else the ``vllm-cpu`` package)."""
+    if os.environ.get("VLLM_TARGET_DEVICE"):
+        return os.environ["VLLM_TARGET_DEVICE"] == "cpu"
+    try:
+        return "cpu" in importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _cpu_kv_bytes(model: str, extra_argv: Sequence[str], pool_tokens: int | None) -> int:
+    """``--kv-cache-memory-bytes`` on the CPU build: the pool's KV, else the default or one sequence
+    of the model's full length, whichever is larger."""
+    per_token = kv_bytes_per_token(model, _flag_value(extra_argv, "--dtype"))
+    if pool_tokens is not None:
+        return pool_tokens * per_token
+    given = _flag_value(extra_argv, "--max-model-len")
+    longest = int(given) if given is not None and given.isdigit() else _model_max_len(model) or 0
+    return max(DEFAULT_CPU_KV_BYTES, longest * per_token)
+
+
 def build_command(model: str, extra_argv: Sequence[str] = (), *, python: str = sys.executable,
-                  **options: Any) -> LaunchPlan:
+                  cpu: bool | None = None, **options: Any) -> LaunchPlan:
     """Build the ``vllm serve`` command; ``options`` are :class:`~backends.launch.ServeOptions`
-    fields. Raises ValueError on a combination vLLM cannot express."""
+    fields; ``cpu``: size the memory vLLM reserves for its CPU build (default: whether this Python's
+    vLLM is one). Raises ValueError on a combination vLLM cannot express."""
     policy, host, port, api_key, device_tokens, host_tokens, prefetch = ServeOptions(**options)
     if policy not in (POLICY_NAME, "lru"):
         raise ValueError(f"policy must be 'kvflow' or 'lru' with --engine vllm, got {policy!r}")
@@ -104,16 +141,20 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, python: str = s
     argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", host, "--port", str(port),
             "--enable-prefix-caching", "--enable-prompt-tokens-details"]
     env = {"VLLM_PLUGINS": PLUGIN_NAME}
+    pool_tokens = None
     if device_tokens is not None:
         if device_tokens <= 0:
             raise ValueError(f"--device-tokens must be > 0, got {device_tokens}")
         # vLLM keeps block 0 as its null block: N tokens of KV need one block more
         blocks = math.ceil(device_tokens / block_size) + 1
         argv += ["--num-gpu-blocks-override", str(blocks)]
+        pool_tokens = blocks * block_size
         if _flag_value(extra_argv, "--max-model-len") is None:
             # vLLM refuses to start when one sequence of the model's full length cannot fit the pool
             usable = (blocks - 1) * block_size
             argv += ["--max-model-len", str(min(usable, _model_max_len(model) or usable))]
+    if (is_cpu_build() if cpu is None else cpu) and _flag_value(extra_argv, "--kv-cache-memory-bytes") is None:
+        argv += ["--kv-cache-memory-bytes", str(_cpu_kv_bytes(model, extra_argv, pool_tokens))]
     if host_tokens:
         gib = host_tokens * kv_bytes_per_token(model, _flag_value(extra_argv, "--dtype")) / 2**30
         argv += ["--kv-offloading-size", f"{gib:.6g}", "--kv-offloading-backend", "native"]
@@ -150,12 +191,12 @@ def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:
 @contextlib.contextmanager
 def running(argv: Sequence[str], url: str, log: Path, *, env: dict[str, str] | None = None,
             cwd: str | Path | None = None, timeout_s: float = 900.0) -> Iterator[str]:
-    """Run a vLLM server command (``kvflow serve --engine vllm ...``) in its own process group
-    until ``url``/health answers, yield ``url``, then stop the whole group (API server, engine core,
-    worker). Raises RuntimeError with the log's tail when it exits or does not start in time."""
+    """Run a vLLM server command (``kvflow serve --engine vllm ...``) in a session of its own until
+    ``url``/health answers, yield ``url``, then stop it as a process manager would (SIGTERM), with
+    everything it started. Raises RuntimeError with the log's tail when it exits or does not start
+    in time."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = process_group.start(argv, die_with_parent=True, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -172,11 +213,5 @@ def running(argv: Sequence[str], url: str, log: Path, *, env: dict[str, str] | N
             time.sleep(2)
         yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        # kvflow serve gives the engine STOP_GRACE_S before it kills the rest: wait for that to finish
+        process_group.stop([proc], grace_s=2 * process_group.STOP_GRACE_S)

@@ -68,7 +68,8 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kvflow cluster: {exc}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _interrupt)  # stop the children on `kill` as on Ctrl-C
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # stop the children on `kill` as on Ctrl-C
+        signal.signal(signum, _interrupt)
     if find_smg() is None:
         print("kvflow cluster: smg (SGLang's model gateway) is not installed: pip install 'kvflow[smg]'",
               file=sys.stderr)

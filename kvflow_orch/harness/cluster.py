@@ -5,6 +5,9 @@ model gateway (``smg``) in front, started together, checked healthy and stopped 
 start one around a measurement. Each worker is a ``kvflow serve`` subprocess (the CLI), so a worker
 here is exactly what a user starts. smg is an optional extra: ``pip install 'kvflow[smg]'``.
 
+Every process leads a session of its own and is stopped with all it started
+(:mod:`backends.process_group`), so nothing of a cluster outlives it, even when the caller is killed.
+
 The gateway checks worker health every second and retries a failed request on another worker, so
 a worker lost mid-run costs a few seconds, not a workflow (clients retry too).
 """
@@ -14,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +24,8 @@ import time
 from typing import Any, Callable, Iterator, NamedTuple
 
 import httpx
+
+from backends import process_group
 
 __all__ = ["Cluster", "start_cluster", "find_smg", "free_port", "HOST", "GATEWAY_POLICIES"]
 
@@ -71,7 +75,8 @@ def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_p
                   gateway_policy: str = "manual", startup_timeout_s: float = 300.0,
                   log: Any = subprocess.DEVNULL) -> Iterator[Cluster]:
     """Start the workers and the gateway, wait until the gateway lists every worker healthy, yield,
-    then stop them all (SIGTERM, then SIGKILL after 10 s). ``log``: where the children's output goes
+    then stop them all (SIGTERM, then SIGKILL to whatever of them is left after
+    :data:`~backends.process_group.STOP_GRACE_S`). ``log``: where the children's output goes
     (a file object or descriptor, as ``subprocess`` takes it)."""
     smg = find_smg()
     if smg is None:
@@ -84,7 +89,7 @@ def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_p
             port = free_port()
             cmd = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", model, "--host", HOST,
                    "--port", str(port), *serve_flags]
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
+            procs.append(process_group.start(cmd, die_with_parent=True, stdout=log, stderr=log))
             urls.append(f"http://{HOST}:{port}")
         for i, (url, proc) in enumerate(zip(urls, procs)):
             _wait_until(lambda: httpx.get(url + "/health", timeout=2).status_code == 200, proc, f"worker {i} ({url})",
@@ -95,16 +100,8 @@ def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_p
                "--policy", gateway_policy, "--prometheus-host", HOST, "--prometheus-port", str(free_port()),
                "--health-check-interval-secs", "1", "--health-failure-threshold", "1",
                "--retry-initial-backoff-ms", "100", "--retry-max-backoff-ms", "2000", "--log-level", "warn"]
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
+        procs.append(process_group.start(cmd, die_with_parent=True, stdout=log, stderr=log))
         _wait_until(lambda: _healthy_workers(gateway) == workers, procs[-1], f"the gateway ({gateway})", deadline)
         yield Cluster(gateway, urls, procs)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        process_group.stop(procs)

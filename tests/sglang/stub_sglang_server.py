@@ -1,15 +1,24 @@
-"""A stand-in for ``python -m backends.sglang_kvflow.launcher`` in the CPU rehearsal of
-benchmarks/sglang_gpu.sh (``KVFLOW_STUB_LAUNCH``): it builds the launch plan from the flags with
-the launcher's own parser and ``build_command``, appends it to ``$STUB_LOG`` (the test feeds each
-to SGLang's parser), then serves what the script talks to: /health, a chat completion, /generate,
-and the kvflow routes when the plan loads the plugin.
+"""Stand-ins for SGLang's server where SGLang cannot run (no GPU), in two places:
 
-``STUB_MODE=die`` exits right after logging (a server that dies while the script waits for it);
-``STUB_MODE=idle`` answers like kvflow but never counts a hint (a plugin that did not act).
+* ``python stub_sglang_server.py LAUNCHER FLAGS``: for ``python -m backends.sglang_kvflow.launcher``
+  in the CPU rehearsal of benchmarks/sglang_gpu.sh (``KVFLOW_STUB_LAUNCH``). It builds the launch
+  plan from the flags with the launcher's own parser and ``build_command`` and appends it to
+  ``$STUB_LOG`` (the test feeds each to SGLang's parser).
+* :func:`launch_server`: for ``python -m sglang.launch_server SGLANG FLAGS``, the command
+  ``kvflow serve --engine sglang`` runs (a test puts a ``sglang.launch_server`` module calling it on
+  the path). It appends its command line to ``$STUB_LOG`` and, like SGLang, starts helper
+  processes first: here the worst an engine can leave behind (tests/launch/engine_like.py; their
+  pids go to ``$STUB_PIDS``).
+
+Both then serve what their callers talk to: /health, a chat completion, /generate, and the kvflow
+routes when the plugin is on. ``STUB_MODE=die`` exits right after logging (a server that dies while
+the script waits for it); ``STUB_MODE=idle`` answers like kvflow but never counts a hint (a plugin
+that did not act).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -18,17 +27,53 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from backends.sglang_kvflow.launcher import parse_args, plan_from_args
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "launch"))
+from engine_like import start_helpers  # noqa: E402
+
 
 def main() -> int:
     args, extra = parse_args(sys.argv[1:])
     plan = plan_from_args(args, extra)  # raises on a combination SGLang cannot express
-    with open(os.environ["STUB_LOG"], "a") as log:
-        log.write(json.dumps({"argv": plan.argv, "env": plan.env}) + "\n")
-    mode = os.environ.get("STUB_MODE", "")
-    if mode == "die":
-        print("stub: dying at start-up", file=sys.stderr)
+    _log({"argv": plan.argv, "env": plan.env})
+    if _dies():
         return 1
-    kvflow = plan.env.get("KVFLOW_SGLANG_PLUGIN") != "off"
+    return serve(args.host, args.port, kvflow=plan.env.get("KVFLOW_SGLANG_PLUGIN") != "off")
+
+
+def launch_server(argv: list[str] | None = None) -> int:
+    """``python -m sglang.launch_server`` for ``kvflow serve --engine sglang``: log the command line,
+    start the helpers, serve."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    args, _ = parser.parse_known_args(argv)
+    _log({"argv": [sys.executable, "-m", "sglang.launch_server", *(sys.argv[1:] if argv is None else argv)],
+          "env": {k: v for k, v in os.environ.items() if k.startswith(("KVFLOW_", "SGLANG_"))}})
+    if _dies():
+        return 1
+    helpers = start_helpers()
+    if pids := os.environ.get("STUB_PIDS"):
+        with open(pids, "w") as out:
+            out.write(json.dumps({"leader": os.getpid(), "helpers": helpers}))
+    return serve(args.host, args.port, kvflow=os.environ.get("KVFLOW_SGLANG_PLUGIN") != "off")
+
+
+def _log(record: dict) -> None:
+    if path := os.environ.get("STUB_LOG"):
+        with open(path, "a") as log:
+            log.write(json.dumps(record) + "\n")
+
+
+def _dies() -> bool:
+    if os.environ.get("STUB_MODE", "") == "die":
+        print("stub: dying at start-up", file=sys.stderr)
+        return True
+    return False
+
+
+def serve(host: str, port: int, *, kvflow: bool) -> int:
+    mode = os.environ.get("STUB_MODE", "")
     counters: Counter[str] = Counter()
 
     class Handler(BaseHTTPRequestHandler):
@@ -79,7 +124,7 @@ def main() -> int:
             else:
                 self._reply(404, {"detail": "Not Found"})
 
-    ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()
+    ThreadingHTTPServer((host, port), Handler).serve_forever()
     return 0
 
 

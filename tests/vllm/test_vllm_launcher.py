@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from backends.vllm_kvflow import CONFIG_ENV, SCHEDULER_CLS
-from backends.vllm_kvflow.launcher import build_command, kv_bytes_per_token, plan_from_args
+from backends.vllm_kvflow.launcher import (DEFAULT_CPU_KV_BYTES, build_command, is_cpu_build, kv_bytes_per_token,
+                                            plan_from_args)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,3 +84,34 @@ def test_cli_refuses_a_builtin_model_name_with_a_clear_message() -> None:
     out = subprocess.run([sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", "tiny-random"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "kvflow export-model tiny-random DIR" in out.stderr
+
+
+def test_on_the_cpu_build_vllm_reserves_the_pool_s_memory_not_92_percent_of_the_machine(model_dir: Path) -> None:
+    per_token = kv_bytes_per_token(str(model_dir), "float32")
+    plan = build_command(str(model_dir), ["--dtype", "float32"], device_tokens=1000, cpu=True)
+    # 9 blocks of 128 (one of them vLLM's null block) of float32 KV
+    assert plan.argv[plan.argv.index("--kv-cache-memory-bytes") + 1] == str(9 * 128 * per_token)
+    assert "--kv-cache-memory-bytes" not in build_command(str(model_dir), device_tokens=1000, cpu=False).argv
+
+
+def test_without_device_tokens_the_cpu_build_reserves_a_default_or_one_full_length_sequence(model_dir: Path) -> None:
+    def reserved(extra: list[str]) -> int:
+        argv = build_command(str(model_dir), extra, cpu=True).argv
+        return int(argv[argv.index("--kv-cache-memory-bytes") + 1])
+
+    per_token = kv_bytes_per_token(str(model_dir))
+    assert reserved([]) == DEFAULT_CPU_KV_BYTES  # config.json gives no length: the default
+    assert reserved(["--max-model-len", "4096"]) == DEFAULT_CPU_KV_BYTES  # 4096 tokens take 90 MiB
+    assert reserved(["--max-model-len", "200000"]) == 200000 * per_token  # more than the default: one sequence
+
+
+def test_the_users_memory_flag_wins(model_dir: Path) -> None:
+    argv = build_command(str(model_dir), ["--kv-cache-memory-bytes", "123456"], device_tokens=1000, cpu=True).argv
+    assert argv.count("--kv-cache-memory-bytes") == 1 and argv[-2:] == ["--kv-cache-memory-bytes", "123456"]
+
+
+@pytest.mark.parametrize("target, expected", [("cpu", True), ("cuda", False)])
+def test_the_cpu_build_is_recognised_as_vllm_recognises_it(monkeypatch: pytest.MonkeyPatch, target: str,
+                                                            expected: bool) -> None:
+    monkeypatch.setenv("VLLM_TARGET_DEVICE", target)
+    assert is_cpu_build() is expected

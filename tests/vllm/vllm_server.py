@@ -30,20 +30,26 @@ def export_smollm2(folder: Path) -> Path:
     return out
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def plain_env() -> dict[str, str]:
+    """This environment without any ``VLLM_*`` variable: the server starts as users type it."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}, "PYTHONPATH": str(ROOT)}
+
+
 @contextlib.contextmanager
-def vllm_server(model: Path, log: Path, flags: Sequence[str] = (), *, kv_space_gib: int = 1) -> Iterator[str]:
-    """Run ``kvflow serve --engine vllm --model MODEL FLAGS`` until /health answers; yield its URL."""
+def vllm_server(model: Path, log: Path, flags: Sequence[str] = (), *, port: int | None = None) -> Iterator[str]:
+    """Run ``kvflow serve --engine vllm --model MODEL FLAGS`` (no ``VLLM_*`` variables) until
+    /health answers; yield its URL."""
     from backends.vllm_kvflow.launcher import running
 
-    port = _free_port()
+    port = port or free_port()
     argv = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
             "--port", str(port), *flags]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib)}
+    env = plain_env()
     with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT, timeout_s=START_TIMEOUT_S) as url:
         yield url
