@@ -59,7 +59,7 @@ def register() -> None:
     from .hints_bridge import mark_chat_boundary, validate_generate_request
     from .hicache_prefetch import after_hicache_events
     from .strategy import KVFlowStrategy
-    from .tags import on_request_queued, split_keeps_tags, tag_after_checkpoint
+    from .tags import on_request_queued, split_keeps_tags, split_stamp_before, tag_after_checkpoint
 
     # The only lookup SGLang has for policies; add_*_choices is its public hook for CLI choices.
     mem_cache_utils._EVICTION_POLICY_FACTORIES[POLICY_NAME] = KVFlowStrategy
@@ -77,6 +77,7 @@ def register() -> None:
     reg(f"{_SCHEDULER}._process_hicache_events", after_hicache_events, HookType.AFTER)
     reg(f"{_SCHEDULER}.get_prefill_adder_class", wrap_adder_class, HookType.AFTER)
     reg(f"{_CACHE}.checkpoint_into_tree", tag_after_checkpoint, HookType.AFTER)
+    reg(f"{_CORE}._split_node", split_stamp_before, HookType.BEFORE)
     reg(f"{_CORE}._split_node", split_keeps_tags, HookType.AFTER)
     if multiprocessing.current_process().name == "MainProcess":
         # HTTP side: only the main process serves the app and runs the tokenizer manager.

@@ -26,10 +26,11 @@ from .hints_bridge import read_request_hint
 from .state import PrefixKey, get_state
 
 __all__ = ["TAGS_ATTR", "LOADING_ATTR", "node_tags", "on_request_queued", "tag_after_checkpoint",
-           "split_keeps_tags", "tag_path", "prefix_radix_key", "uses_python_core"]
+           "split_keeps_tags", "split_stamp_before", "tag_path", "prefix_radix_key", "uses_python_core"]
 
 TAGS_ATTR = "kvflow_tags"        # set[AgentRef] on UnifiedTreeNode (it has no __slots__)
 LOADING_ATTR = "kvflow_loading"  # anchor id of the prefetch loading this node
+_SPLIT_STAMP_ATTR = "kvflow_split_stamp"  # the child's last_access_time while _split_node runs
 _REQ_ATTR = "kvflow_prefix"      # (AgentRef, fixed_len) stashed on the scheduler's Req
 _TAGGED_ATTR = "kvflow_tagged"   # tokens of that prefix tagged since the Req was (re)queued
 
@@ -119,10 +120,22 @@ def tag_after_checkpoint(result: Any, cache: Any, req: Any, *_: Any, **__: Any) 
     return None
 
 
+def split_stamp_before(core: Any, key: Any, child: Any, split_len: int, *_: Any, **__: Any) -> None:
+    """BEFORE ``UnifiedTreeCore._split_node``: remember the child's recency. SGLang 0.5.23 stamps the
+    child (the unmatched tail) with a fresh ``last_access_time`` although its comment says a split
+    does not access it, so a match that splits an old node would make that tail look recent and
+    break LRU order within a tie (the eviction spec's ``without_hints_the_order_is_lru``)."""
+    setattr(child, _SPLIT_STAMP_ATTR, child.last_access_time)
+
+
 def split_keeps_tags(result: Any, core: Any, key: Any, child: Any, split_len: int) -> None:
     """AFTER ``UnifiedTreeCore._split_node`` (returns ``(new_node, action)``): the new upper node
     carries the same tokens' tags, and is part of the same prefetch load as its child."""
     new_node = result[0] if isinstance(result, tuple) else result
+    stamp = getattr(child, _SPLIT_STAMP_ATTR, None)
+    if stamp is not None:  # the tail was not accessed: it keeps its recency (split_stamp_before)
+        child.last_access_time = stamp
+        delattr(child, _SPLIT_STAMP_ATTR)
     tags = getattr(child, TAGS_ATTR, None)
     if tags:
         setattr(new_node, TAGS_ATTR, set(tags))

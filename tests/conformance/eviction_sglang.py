@@ -99,12 +99,7 @@ class SGLangSession:
 class SGLangHost:
     name = "sglang"
     lacks: dict[str, str] = {}
-    diverges = {
-        "without_hints_the_order_is_lru":
-            "SGLang's UnifiedTreeCore._split_node stamps the split-off lower node with a fresh "
-            "last_access_time, so a match that splits an old node makes its unmatched tail look recent "
-            "(stock lru does the same); the plugin's split hook does not restore the child's recency",
-    }
+    diverges: dict[str, str] = {}
 
     def __init__(self) -> None:
         load_plugin()
