@@ -5,15 +5,12 @@ and runs its tool, and a streamed tool call reassembles to the call a plain requ
 from __future__ import annotations
 
 import json
-import os
-import sys
 from typing import Literal
 
 import pytest
 from pydantic import BaseModel, Field
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
-from server_helpers import start_server  # noqa: E402
+from server_helpers import start_server
 
 langchain_openai = pytest.importorskip("langchain_openai")
 

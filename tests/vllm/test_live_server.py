@@ -6,19 +6,15 @@ untagged prefixes in vLLM's own prefix cache, greedy output never depends on the
 from __future__ import annotations
 
 import json
-import os
-import sys
 import uuid
-from pathlib import Path
 from typing import Iterator, TypedDict
 
 import httpx
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server  # noqa: E402
+from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server
 
-from kvflow_orch.protocol import KVFlowHint, attach_hint  # noqa: E402
+from kvflow_orch.protocol import KVFlowHint, attach_hint
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON), pytest.mark.timeout(1200)]
 
