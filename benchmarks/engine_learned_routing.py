@@ -25,14 +25,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _engine_workload import describe_machine  # noqa: E402
+from _engine_workload import describe_machine
 
-from backends.kvcache import CacheConfig  # noqa: E402
-from backends.kvcache.trace import BrainRecorder, replay  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
-from backends.sim.systems import LEARNED_LOOKAHEAD  # noqa: E402
-from kvflow_orch import BranchStats, run  # noqa: E402
-from workflows.supervisor import routing, supervisor  # noqa: E402
+from backends.kvcache import CacheConfig
+from backends.kvcache.trace import BrainRecorder, replay
+from backends.local import Engine, EngineConfig
+from backends.sim.systems import LEARNED_LOOKAHEAD
+from kvflow_orch import BranchStats, run
+from workflows.supervisor import routing, supervisor
 
 
 def prompt_tokens(args, wf) -> int:

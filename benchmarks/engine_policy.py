@@ -31,11 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _engine_workload import describe_machine, random_tokens, run_sequential, sampling  # noqa: E402
+from _engine_workload import describe_machine, random_tokens, run_sequential, sampling
 
-from backends.base import GenerateRequest  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
-from kvflow_orch.protocol import KVFlowHint  # noqa: E402
+from backends.base import GenerateRequest
+from backends.local import Engine, EngineConfig
+from kvflow_orch.protocol import KVFlowHint
 
 COUNTERS = ("device_hit_tokens", "host_hit_tokens", "prefetch_hit_tokens", "recomputed_tokens",
             "prefetched_tokens", "prefetch_unused_tokens", "evicted_device_tokens")

@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _engine_workload import describe_machine, random_tokens, run_sequential, sampling  # noqa: E402
+from _engine_workload import describe_machine, random_tokens, run_sequential, sampling
 
-from backends.base import GenerateRequest  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
+from backends.base import GenerateRequest
+from backends.local import Engine, EngineConfig
 
 
 def main() -> int:

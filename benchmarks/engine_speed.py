@@ -28,10 +28,10 @@ from typing import Any, Awaitable, Callable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _engine_workload import describe_machine, random_tokens  # noqa: E402
+from _engine_workload import describe_machine, random_tokens
 
-from backends.base import GenerateRequest, SamplingParams  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
+from backends.base import GenerateRequest, SamplingParams
+from backends.local import Engine, EngineConfig
 
 # A streamed call: prompt ids, max tokens -> (time of each token since submission)
 Caller = Callable[[Sequence[int], int], Awaitable[list[float]]]

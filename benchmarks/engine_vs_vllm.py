@@ -33,12 +33,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import engine_speed  # noqa: E402
-from _engine_workload import describe_machine, load_average, random_tokens  # noqa: E402
+import engine_speed
+from _engine_workload import describe_machine, load_average, random_tokens
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BENCH_SERVE = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--dataset-name", "random",
                "--random-input-len", "512", "--random-output-len", "64", "--num-prompts", "32",

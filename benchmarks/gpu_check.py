@@ -40,21 +40,19 @@ import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.base import GenerateRequest, SamplingParams  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
-from backends.sim.profiles import load_hardware  # noqa: E402
-from backends.sim.simulate import simulate  # noqa: E402
-from backends.sim.systems import SYSTEMS  # noqa: E402
-from backends.sim.workloads import Workload, from_graph  # noqa: E402
-from backends.sim.workloads import synthetic as synthetic_workload  # noqa: E402
-from kvflow_orch.harness.calibrate import model_profile_of  # noqa: E402  (a light module: sim profiles only)
-from kvflow_orch.protocol import KVFlowHint, StepsUpdate  # noqa: E402
+from backends.base import GenerateRequest, SamplingParams
+from backends.local import Engine, EngineConfig
+from backends.sim.profiles import load_hardware
+from backends.sim.simulate import simulate
+from backends.sim.systems import SYSTEMS
+from backends.sim.workloads import Workload, from_graph
+from backends.sim.workloads import synthetic as synthetic_workload
+from kvflow_orch.harness.calibrate import model_profile_of  # a light module: sim profiles only
+from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 # check system -> (simulator system, engine options)
 CHECK_SYSTEMS: dict[str, tuple[str, dict[str, Any]]] = {

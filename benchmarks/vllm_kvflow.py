@@ -41,13 +41,14 @@ from typing import Any, Iterator
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.vllm_kvflow.launcher import running  # noqa: E402
-from kvflow_orch.runtime import RunResult, arun  # noqa: E402
-from workflows.metagpt import metagpt  # noqa: E402
-from workflows.synthetic import synthetic  # noqa: E402
+from backends.vllm_kvflow.launcher import running
+from kvflow_orch.runtime import RunResult, arun
+from workflows.metagpt import metagpt
+from workflows.synthetic import synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 BLOCK = 128

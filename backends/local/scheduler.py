@@ -175,7 +175,7 @@ class Scheduler:
             return
         try:
             result = self.cache.flush()
-        except Exception as exc:  # noqa: BLE001 - reported to the caller, the loop keeps serving
+        except Exception as exc:  # reported to the caller, the loop keeps serving
             deliver(False, exc)
             return
         self._publish()
