@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = engine.tokenizer
     try:
         res: dict[str, Any] = {"dtype": args.dtype, "engine": engine_speed.measure(
-            engine_speed.engine_caller(engine), lambda n, seed: random_tokens(engine, n, seed), args=speed)}
+            engine_speed.engine_caller(engine), lambda n, seed: random_tokens_of(tokenizer, n, seed), args=speed)}
     finally:
         engine.close()
     del engine

@@ -129,7 +129,7 @@ async def decode_speed(args: argparse.Namespace, bandwidth: float) -> dict[str, 
         rates = []
         for _ in range(3):
             start, stamps = time.perf_counter(), []
-            async for event in engine.stream(GenerateRequest(prompt, greedy(args.decode_tokens))):
+            async for _event in engine.stream(GenerateRequest(prompt, greedy(args.decode_tokens))):
                 stamps.append(time.perf_counter() - start)
             rates.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
     finally:

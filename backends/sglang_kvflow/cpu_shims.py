@@ -23,7 +23,7 @@ def install_import_shims() -> None:
     import torch
 
     try:
-        torch.ops.torchvision.nms  # real ops present: nothing to do
+        _ = torch.ops.torchvision.nms  # the lookup raises unless the real ops are present
         return
     except (AttributeError, RuntimeError):
         pass

@@ -80,7 +80,10 @@ def test_decode_attention_matches_the_fused_kernel_with_padding_and_gqa():
     fused = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=mask,
                                                              enable_gqa=True)
     expected = fused.squeeze(2).reshape(b, heads * hd)
-    as_rows = lambda t: t.transpose(1, 2).reshape(b, length, kv_heads * hd)  # noqa: E731  (pool row layout)
+
+    def as_rows(t):  # the pool's row layout
+        return t.transpose(1, 2).reshape(b, length, kv_heads * hd)
+
     torch.testing.assert_close(decode_attention(q, as_rows(keys), as_rows(values), mask), expected,
                                rtol=1e-5, atol=1e-5)
 

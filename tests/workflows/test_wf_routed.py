@@ -66,6 +66,10 @@ def _lg_route(app, inputs):
     return [name for step in app.stream(inputs, stream_mode="updates") for name in step]
 
 
+def _targets(graph, node):
+    return {t for b in graph.branches_of(node) for t in b.targets}
+
+
 @pytest.mark.parametrize("kind", ["supervisor", "swarm"])
 def test_dsl_and_langgraph_variants_agree(kind):
     if kind == "supervisor":
@@ -75,8 +79,7 @@ def test_dsl_and_langgraph_variants_agree(kind):
     dsl, lg = wf.compile(), compile_langgraph(app)
     assert set(dsl.nodes) == set(lg.nodes)
     for node in (START, *dsl.nodes):
-        targets = lambda g: {t for b in g.branches_of(node) for t in b.targets}
-        assert targets(dsl) == targets(lg), node
+        assert _targets(dsl, node) == _targets(lg, node), node
     stats = BranchStats()
     result = run(wf, {"task": "t"}, backend="local:tiny-random", branch_stats=stats)
     assert [r.node for r in result.trace] == _lg_route(app, {"task": "t"})

@@ -88,7 +88,10 @@ def build_batch(
         causal = torch.ones(t, length, dtype=torch.bool).tril(diagonal=start)
         mask[b, 0, :t, :length] = causal
         mask[b, 0, t:, 0] = True  # padded query rows see one key so softmax stays finite
-    as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
+
+    def as_long(xs: list[int]) -> torch.Tensor:
+        return torch.tensor(xs, dtype=torch.long, device=device)
+
     return RaggedBatch(
         as_long(ids), as_long(pos), as_long(write), ctx.to(device), mask.to(device),
         as_long(scatter), as_long(last), len(contexts), tmax, decode and tmax == 1,
