@@ -239,7 +239,8 @@ async def correctness_case(model: str, device: str, dtype: str, *, fixed: int, t
     problems = []
     for path in ("hit", "reload", "prefetch"):
         if found[path] != found["cold"]:
-            diverge = next((i for i, (a, b) in enumerate(zip(found[path], found["cold"])) if a != b), None)
+            diverge = next((i for i, (a, b) in enumerate(zip(found[path], found["cold"], strict=False)) if a != b),
+                           min(len(found[path]), len(found["cold"])))  # or where the shorter one ends
             problems.append(f"{path} differs from cold at token {diverge}")
     if found["hit_cached_tokens"] < fixed:
         problems.append(f"the repeat hit only {found['hit_cached_tokens']} cached tokens")

@@ -95,7 +95,7 @@ def main() -> None:
 
     build_ms = _timed(build, args.repeat)
     inject_ms = _timed(inject, args.repeat)
-    both_ms = [a + b for a, b in zip(build_ms, inject_ms)]
+    both_ms = [a + b for a, b in zip(build_ms, inject_ms, strict=True)]
 
     async def whole() -> float:
         client = InstantClient()

@@ -160,9 +160,9 @@ def run_policy(model: Path, policy: str, device_tokens: int, args: argparse.Name
                          "engine": {key: round(after[key] - before[key], 2) for key in TIMES},
                          # per project, keyed by its input (not by completion order)
                          "state": {json.dumps(inp, sort_keys=True): json.loads(json.dumps(r.state, default=str))
-                                   for inp, r in zip(inputs, results)},
+                                   for inp, r in zip(inputs, results, strict=True)},
                          "calls": _calls(results[0]) if len(results) == 1 else
-                                  {json.dumps(inp, sort_keys=True): _calls(r) for inp, r in zip(inputs, results)}}
+                                  {json.dumps(inp, sort_keys=True): _calls(r) for inp, r in zip(inputs, results, strict=True)}}
             engine = out[name]["engine"]
             print(f"  {policy} {name}: {elapsed:.1f} s, hit ratio {out[name]['hit_ratio']:.3f} "
                   f"({int(hits)}/{int(queries)} tokens); in vLLM: prefill {engine['prefill_s']:.1f} s, "

@@ -78,7 +78,7 @@ def build_tables(
                 h[u], g[u] = best_h, best_g
             if change <= _TOL * (1 + max(g)):
                 break
-        tables.append(list(zip(h, g)))
+        tables.append(list(zip(h, g, strict=True)))
     return tables
 
 

@@ -38,7 +38,7 @@ def worker_names(workers: int) -> list[str]:
 
 def routing(workers: int = 8, zipf_s: float = 1.2) -> dict[str, dict[str, float]]:
     """Router -> target -> weight of the worker choice (END comes after ``rounds`` decisions)."""
-    return {"supervisor": dict(zip(worker_names(workers), zipf_weights(workers, zipf_s)))}
+    return {"supervisor": dict(zip(worker_names(workers), zipf_weights(workers, zipf_s), strict=True))}
 
 
 def _check(workers: int, rounds: int) -> None:
@@ -77,7 +77,7 @@ def supervisor(workers: int = 8, zipf_s: float = 1.2, rounds: int = 6, fixed: in
         reply = await ctx.llm(f"Task: {state.get('task', '')}. Turn {turn}. " + filler(dynamic, (state.get("task"), turn)))
         return {"turn": turn, "plan": reply}
 
-    for name, role in zip(names, roles):
+    for name, role in zip(names, roles, strict=True):
         wf.add_agent(name, system=role, output="work", max_tokens=output,
                      prompt=lambda s, n=name: f"{n}: do turn {s.get('turn', 0)} of {s.get('task', '')}. "
                      + filler(dynamic, (n, s.get("task"), s.get("turn"))))
@@ -118,7 +118,7 @@ def supervisor_app(llm: Any, workers: int = 8, zipf_s: float = 1.2, rounds: int 
 
     graph = StateGraph(SupervisorState)
     graph.add_node("supervisor", supervise)
-    for name, role in zip(names, roles):
+    for name, role in zip(names, roles, strict=True):
         graph.add_node(name, worker(name, role))
         graph.add_edge(name, "supervisor")
     graph.add_edge(LG_START, "supervisor")

@@ -44,7 +44,7 @@ def routing(agents: int = 6, zipf_s: float = 1.2, seed: int = 0) -> dict[str, di
     for name in names:
         others = [n for n in names if n != name]
         rng.shuffle(others)
-        matrix[name] = dict(zip(others, weights))
+        matrix[name] = dict(zip(others, weights, strict=True))
     return matrix
 
 

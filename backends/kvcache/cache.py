@@ -492,7 +492,7 @@ class KVCache:
                 self._refresh(node)
                 self._refresh(node.parent)
             else:
-                duplicates.extend(s for s, t in zip(mine, node.device) if s != t)
+                duplicates.extend(s for s, t in zip(mine, node.device, strict=True) if s != t)
             pos += len(node)
         if duplicates:
             self._held.difference_update(duplicates)

@@ -241,12 +241,12 @@ class Scheduler:
             return False
         positions = [len(s.prompt) + len(s.outputs) - 1 for s in batch]
         try:
-            logits = self.runner.decode([s.outputs[-1] for s in batch], [s.slots(p + 1) for s, p in zip(batch, positions)])
+            logits = self.runner.decode([s.outputs[-1] for s in batch], [s.slots(p + 1) for s, p in zip(batch, positions, strict=True)])
         except Exception as exc:
             for state in batch:
                 self._fail(state, exc)
             return True
-        for state, row in zip(batch, logits):
+        for state, row in zip(batch, logits, strict=True):
             try:
                 self._emit(state, row)
             except Exception as exc:  # fail this request only; raising here would stall the whole batch forever

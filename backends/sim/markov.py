@@ -78,7 +78,7 @@ def mean_first_passage(chain: MarkovChain, iterations: int = 5000) -> list[list[
         h = [0.0] * n
         for _ in range(iterations):
             new = [1 + sum(chain.p[x][z] * (0.0 if z == y else h[z]) for z in range(n)) for x in range(n)]
-            if max(abs(a - b) for a, b in zip(new, h)) < 1e-12:
+            if max(abs(a - b) for a, b in zip(new, h, strict=True)) < 1e-12:
                 h = new
                 break
             h = new

@@ -160,4 +160,4 @@ def simulate_cluster(workload: Workload, hardware: HardwareProfile, model: Model
     events.run()
     return ClusterResult(routing, workers, device_tokens, sum(c.calls for c in clients), gateway.fixed_tokens,
                          gateway.fixed_hit_tokens, len(finished), len(clients), gateway.rerouted, events.now,
-                         sum(sim.cache.usage()["workflows"] for sim, ok in zip(sims, gateway.alive) if ok))
+                         sum(sim.cache.usage()["workflows"] for sim, ok in zip(sims, gateway.alive, strict=True) if ok))

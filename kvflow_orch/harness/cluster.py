@@ -86,7 +86,7 @@ def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_p
                    "--port", str(port), *serve_flags]
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
             urls.append(f"http://{HOST}:{port}")
-        for i, (url, proc) in enumerate(zip(urls, procs)):
+        for i, (url, proc) in enumerate(zip(urls, procs, strict=True)):
             _wait_until(lambda url=url: httpx.get(url + "/health", timeout=2).status_code == 200, proc,
                         f"worker {i} ({url})", deadline)
         port = gateway_port or free_port()

@@ -120,6 +120,6 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]
     widths = [max([len(str(c)), *(len(str(r[i])) for r in rows)]) for i, c in enumerate(columns)]
     print(title, file=stream)
     for row in (list(columns), *rows):
-        cells = [str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths))]
+        cells = [str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths, strict=True))]
         print("  ".join(cells).rstrip(), file=stream)
     stream.flush()

@@ -6,6 +6,7 @@ on static ones."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import NamedTuple, Sequence
 
 from backends.sim.cost import CostModel
@@ -68,7 +69,7 @@ def check_targets(results: Sequence[ScenarioResult], wall_s: float | None = None
     for (fixed, branches), gains in sorted(by_key.items()):
         if len(gains) >= 2:
             outs = sorted(gains)
-            ok = all(gains[a] >= gains[b] for a, b in zip(outs, outs[1:]))
+            ok = all(gains[a] >= gains[b] for a, b in pairwise(outs))
             text = ", ".join(f"output {o}: {gains[o]:.3f}x" for o in outs)
             out.append(TargetCheck(f"gain over hicache shrinks with output ({fixed} b{branches})", ok, text))
     for sr in results:

@@ -79,7 +79,7 @@ async def test_logprobs_are_the_same_cold_and_on_a_cache_hit() -> None:
         assert cold.cached_tokens == 0 and hit.cached_tokens > 0
         assert hit.output_ids == cold.output_ids
         assert len(cold.logprobs) == len(cold.output_ids)
-        for a, b in zip(cold.logprobs, hit.logprobs):
+        for a, b in zip(cold.logprobs, hit.logprobs, strict=True):
             assert a.token_id == b.token_id and a.logprob == pytest.approx(b.logprob, abs=1e-5)
             assert [t for t, _ in a.top] == [t for t, _ in b.top]
             # greedy: the chosen token is the most likely one

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from itertools import pairwise
 
 import httpx
 import pytest
@@ -28,7 +29,7 @@ def _pipeline(calls: int) -> Workflow:
         wf.add_agent(name, f"You are {name}. " * 30, "Go: {task}", output="task", max_tokens=2)
     wf.add_node("tool", lambda state: {"task": state["task"][:20]})
     chain = [START, *names[: calls // 2], "tool", *names[calls // 2:], END]
-    for a, b in zip(chain, chain[1:]):
+    for a, b in pairwise(chain):
         wf.add_edge(a, b)
     return wf
 

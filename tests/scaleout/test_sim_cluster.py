@@ -3,6 +3,8 @@ round-robin, a lost worker's calls are served by the survivors, done empties eve
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from backends.sim import load_hardware, load_model
@@ -18,7 +20,7 @@ def _workload(companies: int = 8, workflows: int = 32, fixed: int = 600) -> Work
     agents = ["a", "b", "c", "d"]
     for name in agents:
         wf.add_agent(name, f"role {name}", "{x}", output="x")
-    for x, y in zip([START, *agents], [*agents, END]):
+    for x, y in pairwise([START, *agents, END]):
         wf.add_edge(x, y)
     asg = wf.compile()
     rng = random.Random(0)

@@ -73,7 +73,7 @@ def build_batch(
     tmax = max(len(t) for t in new_tokens)
     mask = torch.zeros(len(contexts), 1, tmax, lmax, dtype=torch.bool)
     ctx = torch.zeros(len(contexts), lmax, dtype=torch.long)
-    for b, (toks, slots) in enumerate(zip(new_tokens, contexts)):
+    for b, (toks, slots) in enumerate(zip(new_tokens, contexts, strict=True)):
         t, length = len(toks), len(slots)
         if t == 0 or t > length:
             raise ValueError(f"sequence {b}: {t} new tokens with a context of {length} slots")
