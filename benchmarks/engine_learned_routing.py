@@ -98,7 +98,8 @@ def main() -> int:
             print(f"{'on' if host else 'off':<10} {name:<8} {s['recomputed_tokens']:>11} {s['device_hit_tokens']:>11} "
                   f"{s['host_hit_tokens']:>9} {s['prefetch_hit_tokens']:>13} {r['wall']:>8.1f}")
         same &= res["static"]["outputs"] == res["learned"]["outputs"]
-        ratios[host] = res["learned"]["stats"]["recomputed_tokens"] / max(1, res["static"]["stats"]["recomputed_tokens"])
+        ratios[host] = (res["learned"]["stats"]["recomputed_tokens"]
+                        / max(1, res["static"]["stats"]["recomputed_tokens"]))
         if not host:
             bounds = replay_bounds(res)
     print(f"\ndevice pool {res['static']['device']} tokens; {args.tasks} tasks x {args.rounds} worker turns")
@@ -130,7 +131,8 @@ def replay_bounds(res: dict) -> dict:
     out["belady"] = replay(events, config, belady=True).stats.recomputed_tokens
     out["belady_learned"] = replay(res["learned"]["recorder"].events, config, belady=True).stats.recomputed_tokens
     total = sum(len(r.prompt) + len(r.inserted or ()) for r in res["static"]["recorder"].requests)
-    everything = CacheConfig(device_tokens=total + config.device_tokens, namespace_cap_tokens=total + config.device_tokens)
+    everything = CacheConfig(device_tokens=total + config.device_tokens,
+                             namespace_cap_tokens=total + config.device_tokens)
     out["floor"] = replay(events, everything).stats.recomputed_tokens
     probs = routing(8, 1.2)["supervisor"]
     out["a0"] = replay(a0_events(events, probs), config).stats.recomputed_tokens
@@ -144,15 +146,17 @@ def a0_events(events: list, probs: dict[str, float]) -> list:
     def rewrite(steps: dict[str, float]) -> dict[str, float]:
         return {a: (1 / probs[a] if a in probs and 0 < v < float("inf") else v) for a, v in steps.items()}
 
-    return [(kind, payload.model_copy(update={"steps": rewrite(payload.steps)}) if kind in ("hint", "steps") else payload)
+    return [(kind, payload.model_copy(update={"steps": rewrite(payload.steps)})
+             if kind in ("hint", "steps") else payload)
             for kind, payload in events]
 
 
 def print_bounds(b: dict) -> None:
     static = max(1, b["static"])
     print("\nbounds on the same requests, host tier off (replays of the recorded brain calls, no model):")
+    faithful = (b["static_replay"], b["learned_replay"]) == (b["static"], b["learned"])
     print(f"  replay check: static {b['static_replay']} (engine {b['static']}), learned {b['learned_replay']} "
-          f"(engine {b['learned']}): {'faithful' if (b['static_replay'], b['learned_replay']) == (b['static'], b['learned']) else 'NOT faithful'}")
+          f"(engine {b['learned']}): {'faithful' if faithful else 'NOT faithful'}")
     print(f"  {'':<28} {'recomputed':>11} {'/ static':>9} {'avoidable':>10}")
     for label, key in (("static steps", "static"), ("learned steps", "learned"),
                        ("best online (A0, true p)", "a0"), ("belady (offline optimal)", "belady"),

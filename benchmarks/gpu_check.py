@@ -220,7 +220,8 @@ async def correctness_case(model: str, device: str, dtype: str, *, fixed: int, t
     finally:
         lru.close()
         del lru
-    kv = make_engine(model, device, dtype, 512, device_tokens=pool, host_tokens=8 * pool, policy="kvflow", prefetch=True)
+    kv = make_engine(model, device, dtype, 512, device_tokens=pool, host_tokens=8 * pool, policy="kvflow",
+                     prefetch=True)
     try:
         await kv.generate(request("planner", {"planner": 0}))
         for agent in ("coder", "critic"):
@@ -431,7 +432,8 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"  {c['model']:22s} {c['dtype']:9s} {'OK' if c['ok'] else 'FAIL: ' + '; '.join(c['problems'])}")
     print("== comparison (workflow s, mean TTFT s, speedup over lru, prefetch hidden, simulator error)")
     for case in report["comparison"]:
-        print(f"  {case['workload']} x{case['concurrency']} (device {case['device_tokens']}, host {case['host_tokens']} tokens)")
+        print(f"  {case['workload']} x{case['concurrency']} "
+              f"(device {case['device_tokens']}, host {case['host_tokens']} tokens)")
         for name, r in case["systems"].items():
             if "skipped" in r:
                 print(f"    {name:13s} skipped: {r['skipped']}")
@@ -439,7 +441,8 @@ def print_table(report: dict[str, Any]) -> None:
             hidden = "-" if r["prefetch_hidden_share"] is None else f"{r['prefetch_hidden_share']:.0%}"
             c = r["counters"]
             print(f"    {name:13s} {r['workflow_s']:8.3f}s  ttft {r['ttft_mean_s']:.4f}s  "
-                  f"x{r.get('speedup_over_lru', float('nan')):.2f}  hidden {hidden:>4s}  sim {r['simulator_error']:+.0%}  "
+                  f"x{r.get('speedup_over_lru', float('nan')):.2f}  hidden {hidden:>4s}  "
+                  f"sim {r['simulator_error']:+.0%}  "
                   f"hits dev/pf/host {c['device_hit_tokens']}/{c['prefetch_hit_tokens']}/{c['host_hit_tokens']} "
                   f"recomputed {c['recomputed_tokens']} moved {r['bytes_moved'] / 2**20:.1f} MiB")
     print("== mechanism")
@@ -509,7 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         label = f"{case['workload']} x{case['concurrency']}"
         checks = [(f"{label}: kvflow had prefetch hits", kv["counters"]["prefetch_hit_tokens"] > 0),
-                  (f"{label}: kvflow's brain holds tagged fixed prefixes ({kv['tagged_prefixes']} of {kv['agents']} agents)",
+                  (f"{label}: kvflow's brain holds tagged fixed prefixes "
+                   f"({kv['tagged_prefixes']} of {kv['agents']} agents)",
                    kv["tagged_prefixes"] > 0)]
         for what, ok in checks:
             report["mechanism"].append({"what": what, "ok": bool(ok)})

@@ -88,7 +88,8 @@ def main() -> None:
 
     build()
     hint = hints.hint(tracker, names[position[0]], fixed_prefix=1)
-    body = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], "max_tokens": 4}
+    body = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+            "max_tokens": 4}
 
     def inject() -> None:
         json.dumps(attach_hint(body, hint))

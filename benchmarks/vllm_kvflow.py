@@ -17,9 +17,10 @@ two workloads, and reads vLLM's own ``/metrics`` counters around each:
 
 The KV pool (2,176 tokens, 17 blocks of 128) holds about half of the six cycle agents' fixed prompts
 (4,200 tokens) and about half of MetaGPT's five role prompts (3,998 SmolLM2 tokens, 28 full blocks);
-every workload starts from an empty prefix cache. Greedy replies are compared per project. Printed: prefix-cache hit ratio
-(``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``), end-to-end workflow time, their
-kvflow/stock ratios, and whether every greedy reply is identical under both policies. The machine
+every workload starts from an empty prefix cache. Greedy replies are compared per project.
+Printed: prefix-cache hit ratio (``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``),
+end-to-end workflow time, their kvflow/stock ratios, and whether every greedy reply is identical
+under both policies. The machine
 may be shared: the ratios of one run, measured back to back, are the result.
 """
 
@@ -87,7 +88,8 @@ def server(model: Path, policy: str, device_tokens: int, log: Path, dtype: str, 
     argv = [str(VLLM_PYTHON), "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
             "--policy", policy, "--device-tokens", str(device_tokens), "--port", str(port), "--dtype", dtype,
             "--block-size", str(block_size)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
            "VLLM_SERVER_DEV_MODE": "1"}  # POST /reset_prefix_cache: every workload starts from a cold cache
     with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT) as url:
         yield url
@@ -162,11 +164,13 @@ def run_policy(model: Path, policy: str, device_tokens: int, args: argparse.Name
                          "state": {json.dumps(inp, sort_keys=True): json.loads(json.dumps(r.state, default=str))
                                    for inp, r in zip(inputs, results, strict=True)},
                          "calls": _calls(results[0]) if len(results) == 1 else
-                                  {json.dumps(inp, sort_keys=True): _calls(r) for inp, r in zip(inputs, results, strict=True)}}
+                                  {json.dumps(inp, sort_keys=True): _calls(r)
+                                   for inp, r in zip(inputs, results, strict=True)}}
             engine = out[name]["engine"]
             print(f"  {policy} {name}: {elapsed:.1f} s, hit ratio {out[name]['hit_ratio']:.3f} "
                   f"({int(hits)}/{int(queries)} tokens); in vLLM: prefill {engine['prefill_s']:.1f} s, "
-                  f"decode {engine['decode_s']:.1f} s, queue {engine['queue_s']:.1f} s, requests {engine['e2e_s']:.1f} s",
+                  f"decode {engine['decode_s']:.1f} s, queue {engine['queue_s']:.1f} s, "
+                  f"requests {engine['e2e_s']:.1f} s",
                   flush=True)
         with contextlib.suppress(httpx.HTTPError):
             out["kvflow_stats"] = httpx.get(url + "/kvflow/v1/stats", timeout=30).json()

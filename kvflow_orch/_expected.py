@@ -82,7 +82,8 @@ def build_tables(
     return tables
 
 
-def _fire(v: int, always: Sequence[int], routed: Mapping[int, float], h: list[float], g: list[float]) -> tuple[float, float]:
+def _fire(v: int, always: Sequence[int], routed: Mapping[int, float], h: list[float],
+          g: list[float]) -> tuple[float, float]:
     best = (0.0, 0.0)
     best_score = INF
     for w in always:

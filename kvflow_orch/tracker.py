@@ -39,10 +39,11 @@ class StepTracker:
       arrived in each AND-join it belongs to; a join whose members have all arrived triggers its
       target and resets its flags.
 
-    Reading: ``steps()`` is the least fixed point of the equations in :mod:`kvflow_orch._steps` (``math.inf`` for nodes that
-    cannot run again); with ``branch_stats`` it is the expected steps of :mod:`kvflow_orch._expected`
-    under the routing probabilities learned when the tracker was created, ``agent_steps()`` the min over each agent identity's nodes, ``done`` is true
-    when nothing is running or triggered. Updates cost O(out-degree); ``steps()`` is O(V + E) and
+    Reading: ``steps()`` is the least fixed point of the equations in :mod:`kvflow_orch._steps`
+    (``math.inf`` for nodes that cannot run again); with ``branch_stats`` it is the expected steps of
+    :mod:`kvflow_orch._expected` under the routing probabilities learned when the tracker was created,
+    ``agent_steps()`` the min over each agent identity's nodes, ``done`` is true when nothing is
+    running or triggered. Updates cost O(out-degree); ``steps()`` is O(V + E) and
     cached until the next transition.
     """
 

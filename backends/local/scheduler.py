@@ -44,7 +44,8 @@ class Scheduler:
         device, dtype, cfg = config.torch_device(), config.torch_dtype(), loaded.model.cfg
         self.config = config
         self.device_pool = KVPool(cfg, config.cache.device_tokens, device=device, dtype=dtype)
-        self.host_pool = KVPool(cfg, config.cache.host_tokens, device="cpu", dtype=dtype, pin=device.type == "cuda", lazy=True)
+        self.host_pool = KVPool(cfg, config.cache.host_tokens, device="cpu", dtype=dtype, pin=device.type == "cuda",
+                                lazy=True)
         self.cache = KVCache(config.cache)
         self.runner = ModelRunner(loaded.model, self.device_pool, config.chunk_tokens)
         self.tiers = TierMover(self.cache, self.device_pool, self.host_pool, prefetch=config.cache.prefetch, wake=wake,
@@ -241,7 +242,8 @@ class Scheduler:
             return False
         positions = [len(s.prompt) + len(s.outputs) - 1 for s in batch]
         try:
-            logits = self.runner.decode([s.outputs[-1] for s in batch], [s.slots(p + 1) for s, p in zip(batch, positions, strict=True)])
+            logits = self.runner.decode([s.outputs[-1] for s in batch],
+                                        [s.slots(p + 1) for s, p in zip(batch, positions, strict=True)])
         except Exception as exc:
             for state in batch:
                 self._fail(state, exc)

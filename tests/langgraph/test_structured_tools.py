@@ -51,7 +51,8 @@ def test_with_structured_output_json_mode_returns_json(served):
 
 
 def test_with_structured_output_include_raw_has_the_tool_call(served):
-    out = chat_model(served).with_structured_output(Ticket, method="function_calling", include_raw=True).invoke("Ticket: crash on save")
+    model = chat_model(served).with_structured_output(Ticket, method="function_calling", include_raw=True)
+    out = model.invoke("Ticket: crash on save")
     assert out["parsing_error"] is None and isinstance(out["parsed"], Ticket)
     (call,) = out["raw"].tool_calls
     assert call["name"] == "Ticket" and call["id"].startswith("call_")

@@ -40,7 +40,8 @@ def test_the_check_and_its_workloads_import_nothing_the_gpu_machine_lacks():
     tops = {m.split(".")[0] for m in mods}
     assert not tops & ABSENT_THERE, sorted(tops & ABSENT_THERE)
     heavy_ours = {m for m in mods if m.startswith(("kvflow_orch.cli", "kvflow_orch.harness.", "backends.server",
-                                                   "kvflow_orch.langgraph", "kvflow_orch.runtime", "kvflow_orch.clients"))}
+                                                   "kvflow_orch.langgraph", "kvflow_orch.runtime",
+                                                   "kvflow_orch.clients"))}
     heavy_ours -= {"kvflow_orch.harness.calibrate"}  # the roofline profile of a model config (sim profiles only)
     assert not heavy_ours, sorted(heavy_ours)
 

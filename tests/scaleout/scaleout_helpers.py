@@ -1,5 +1,6 @@
-"""Helpers of the scale-out tests: real kvflow workers (in-process servers with observers, or ``kvflow serve`` subprocesses) behind a
-real smg gateway, all on 127.0.0.1. The tests skip, naming the reason, where smg is not installed."""
+"""Helpers of the scale-out tests: real kvflow workers (in-process servers with observers, or
+``kvflow serve`` subprocesses) behind a real smg gateway, all on 127.0.0.1. The tests skip, naming
+the reason, where smg is not installed."""
 
 from __future__ import annotations
 

@@ -57,7 +57,8 @@ def test_cluster_prints_the_urls_serves_through_the_gateway_and_stops_cleanly() 
         assert lines[0].startswith("worker 0: http://127.0.0.1:") and lines[1].startswith("worker 1: http://127.0.0.1:")
         assert lines[2] == f"gateway: http://127.0.0.1:{port}"
         workers = [line.split(": ", 1)[1] for line in lines[:2]]
-        assert {httpx.get(w + "/kvflow/v1/info").json()["policy"] for w in workers} == {"lru"}  # serve flags reached both
+        # serve flags reached both
+        assert {httpx.get(w + "/kvflow/v1/info").json()["policy"] for w in workers} == {"lru"}
         chat = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60, json={
             "model": "tiny-random", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
         assert chat.status_code == 200 and chat.headers["x-smg-routed-worker-id"] in workers

@@ -56,7 +56,8 @@ def sse(client, path: str, body: dict) -> list[dict]:
 @pytest.mark.parametrize("temperature", [0, 1.0])
 def test_json_schema_reply_always_validates(client, max_tokens, temperature):
     choice = chat(client, max_tokens=max_tokens, temperature=temperature, seed=7,
-                  response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA, "strict": True}})
+                  response_format={"type": "json_schema",
+                                   "json_schema": {"name": "p", "schema": SCHEMA, "strict": True}})
     assert choice["finish_reason"] == "stop"
     assert valid(json.loads(choice["message"]["content"]))
 
@@ -138,8 +139,9 @@ def test_generate_enforces_sglang_constraints(client, field, spec, check):
 
 
 @pytest.mark.parametrize("path,body,fragment", [
-    ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}},
-                              "max_tokens": 3}, "max_tokens is 3"),
+    ("/v1/chat/completions",
+     {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}, "max_tokens": 3},
+     "max_tokens is 3"),
     ("/v1/chat/completions", {"tool_choice": "required"}, "tool_choice: set without tools"),
     ("/v1/chat/completions", {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
      "no tool named 'nope'"),

@@ -43,7 +43,8 @@ def _system(words: int) -> str:
 
 
 def _chat(url: str, system: str, user: str, hint: KVFlowHint | None = None, max_tokens: int = 8) -> dict:
-    body = {"model": _model(url), "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+    body = {"model": _model(url),
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
             "max_tokens": max_tokens, "temperature": 0}
     if hint is not None:
         body = attach_hint(body, hint)
@@ -94,7 +95,8 @@ def test_bad_hints_and_steps_get_a_4xx_naming_the_field(url: str) -> None:
     body["kv_transfer_params"] = {"kvflow": {"agent": "a"}}
     r = httpx.post(url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60)
     assert r.status_code == 400 and "workflow_id" in r.json()["error"]["message"]
-    r = httpx.post(url + "/kvflow/v1/steps", json={"workflow_id": "w", "steps": {"a": "soon"}}, headers=AUTH, timeout=60)
+    r = httpx.post(url + "/kvflow/v1/steps", json={"workflow_id": "w", "steps": {"a": "soon"}}, headers=AUTH,
+                   timeout=60)
     assert r.status_code == 422 and "steps" in r.json()["error"]["message"]
     r = httpx.post(url + "/kvflow/v1/steps", content=b"{", headers=AUTH, timeout=60)
     assert r.status_code == 400
@@ -183,7 +185,8 @@ def test_an_instrumented_langgraph_app_drives_the_scheduler(url: str, monkeypatc
     graph.add_edge(START, "planner")
     graph.add_edge("planner", "coder")
     graph.add_edge("coder", "reviewer")
-    graph.add_conditional_edges("reviewer", lambda s: "fix" if s["rounds"] < 2 else "ship", {"fix": "coder", "ship": END})
+    graph.add_conditional_edges("reviewer", lambda s: "fix" if s["rounds"] < 2 else "ship",
+                                {"fix": "coder", "ship": END})
     app = instrument(graph.compile(), namespace="lg-vllm", backend_url=url)
     try:
         app.invoke({"rounds": 0}, {"metadata": {"kvflow_workflow_id": "lg-wf"}, "recursion_limit": 12})

@@ -73,9 +73,11 @@ def _targets(graph, node):
 @pytest.mark.parametrize("kind", ["supervisor", "swarm"])
 def test_dsl_and_langgraph_variants_agree(kind):
     if kind == "supervisor":
-        wf, app = supervisor(workers=4, rounds=5, fixed=8, dynamic=2), supervisor_app(_fake_llm(), workers=4, rounds=5, fixed=8, dynamic=2)
+        shape = {"workers": 4, "rounds": 5, "fixed": 8, "dynamic": 2}
+        wf, app = supervisor(**shape), supervisor_app(_fake_llm(), **shape)
     else:
-        wf, app = swarm(agents=4, hops=6, fixed=8, dynamic=2), swarm_app(_fake_llm(), agents=4, hops=6, fixed=8, dynamic=2)
+        shape = {"agents": 4, "hops": 6, "fixed": 8, "dynamic": 2}
+        wf, app = swarm(**shape), swarm_app(_fake_llm(), **shape)
     dsl, lg = wf.compile(), compile_langgraph(app)
     assert set(dsl.nodes) == set(lg.nodes)
     for node in (START, *dsl.nodes):

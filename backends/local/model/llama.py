@@ -154,7 +154,9 @@ def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
 PREFILL_QUERY_BLOCK = 128
 
 
-def causal_blocks_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def causal_blocks_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+) -> torch.Tensor:
     """A prompt chunk's attention (one sequence: ``q`` ``[1, heads, T, hd]``, ``keys``/``values``
     ``[1, kv_heads, L, hd]`` whose last ``T`` rows are the chunk's own, ``mask`` ``[1, 1, T, L]`` causal)
     in blocks of ``PREFILL_QUERY_BLOCK`` queries, each against only the keys it can see: the CPU's fused
@@ -181,7 +183,9 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, nkv * hd, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(nh * hd, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, rope: Rotary, rb: RaggedBatch, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: Rotary, rb: RaggedBatch, kv: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
         cfg, n = self.cfg, x.shape[0]
         q = rope(self.q_proj(x).view(n, cfg.num_heads, cfg.head_dim), rb.positions)
         k = rope(self.k_proj(x).view(n, cfg.num_kv_heads, cfg.head_dim), rb.positions)
