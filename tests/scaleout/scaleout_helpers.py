@@ -81,7 +81,7 @@ def smg_gateway(worker_urls: list[str], policy: str = "manual") -> Iterator[str]
             proc.wait()
 
 
-def wait_for(check, timeout_s: float = 10.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+def wait_for(check, timeout_s: float = 10.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

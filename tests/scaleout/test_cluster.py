@@ -77,7 +77,7 @@ def test_a_worker_lost_mid_run_loses_no_workflow_and_survivors_drain() -> None:
         calls = 0
         original = client.chat
 
-        async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        async def counted(*args, **kwargs):
             nonlocal calls
             reply = await original(*args, **kwargs)
             calls += 1

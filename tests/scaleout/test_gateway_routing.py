@@ -29,7 +29,7 @@ def _three_agents() -> Workflow:
     return wf
 
 
-def _by_url(gateway: Gateway, url: str):  # type: ignore[no-untyped-def]
+def _by_url(gateway: Gateway, url: str):
     return next(w for w in gateway.workers if w.url == url.rstrip("/"))
 
 

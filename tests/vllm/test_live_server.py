@@ -224,7 +224,7 @@ def _runtime_client_hints_in_kv_transfer_params(url: str) -> None:
     sent: list[dict] = []
 
     class Recording(HttpClient):
-        async def _request(self, method: str, path: str, **kwargs):  # type: ignore[no-untyped-def]
+        async def _request(self, method: str, path: str, **kwargs):
             if path == "/v1/chat/completions":
                 sent.append(kwargs["json"])
             return await super()._request(method, path, **kwargs)

@@ -240,7 +240,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope, rb, kv):  # type: ignore[no-untyped-def]
+    def forward(self, x, rope, rb, kv):
         x = x + self.self_attn(self.input_layernorm(x), rope, rb, kv)
         return x + self.mlp(self.post_attention_layernorm(x))
 
