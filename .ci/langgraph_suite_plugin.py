@@ -4,7 +4,8 @@ Loaded with ``-p langgraph_suite_plugin`` (``.ci`` on ``PYTHONPATH``) by ``.ci/l
 run LangGraph's own test suite with every graph instrumented. Steps updates go to a local HTTP
 server that answers ``/kvflow/v1/info`` and ``/kvflow/v1/steps`` like a kvflow server. A graph
 ``instrument()`` refuses raises, so its test fails. At the end one line reports the compiles, the
-updates received, the kvflow warnings the tests saw and the threads still alive (``KVFLOW_SUITE_REPORT`` names a JSON file to write).
+updates received, the kvflow warnings the tests saw and the threads still alive
+(``KVFLOW_SUITE_REPORT`` names a JSON file to write).
 """
 
 from __future__ import annotations

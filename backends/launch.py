@@ -44,7 +44,8 @@ def serve_options(args: Any, default_policy: str) -> dict[str, Any]:
     """``kvflow serve``'s parsed flags as :class:`ServeOptions` keywords for a launcher; attributes
     ``args`` lacks take their defaults."""
     given = {name: getattr(args, name) for name in ServeOptions._fields if name != "prefetch" and hasattr(args, name)}
-    return ServeOptions(**{"policy": default_policy, **given}, prefetch=not getattr(args, "no_prefetch", False))._asdict()
+    prefetch = not getattr(args, "no_prefetch", False)
+    return ServeOptions(**{"policy": default_policy, **given}, prefetch=prefetch)._asdict()
 
 
 def run_plan(make_plan: Callable[[], LaunchPlan], *, package: str, missing: str) -> int:

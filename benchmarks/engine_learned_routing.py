@@ -29,14 +29,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _engine_workload import describe_machine  # noqa: E402
-from _learned_bounds import brain_bounds, markov_paging, print_brain_bounds, print_markov  # noqa: E402
+from _engine_workload import describe_machine
+from _learned_bounds import brain_bounds, markov_paging, print_brain_bounds, print_markov
 
-from backends.kvcache.trace import BrainRecorder  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
-from backends.sim.systems import LEARNED_LOOKAHEAD  # noqa: E402
-from kvflow_orch import BranchStats, run  # noqa: E402
-from workflows.supervisor import routing, supervisor  # noqa: E402
+from backends.kvcache.trace import BrainRecorder
+from backends.local import Engine, EngineConfig
+from backends.sim.systems import LEARNED_LOOKAHEAD
+from kvflow_orch import BranchStats, run
+from workflows.supervisor import routing, supervisor
 
 
 def prompt_tokens(args, wf) -> int:
@@ -108,7 +108,8 @@ def main() -> int:
             print(f"{'on' if host else 'off':<10} {name:<8} {s['recomputed_tokens']:>11} {s['device_hit_tokens']:>11} "
                   f"{s['host_hit_tokens']:>9} {s['prefetch_hit_tokens']:>13} {r['wall']:>8.1f}")
         same &= res["static"]["outputs"] == res["learned"]["outputs"]
-        ratios[host] = res["learned"]["stats"]["recomputed_tokens"] / max(1, res["static"]["stats"]["recomputed_tokens"])
+        ratios[host] = (res["learned"]["stats"]["recomputed_tokens"]
+                        / max(1, res["static"]["stats"]["recomputed_tokens"]))
         if not host:
             bounds = brain_bounds({n: res[n]["recorder"] for n in res},
                                   {n: res[n]["stats"]["recomputed_tokens"] for n in res},

@@ -31,11 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _engine_workload import describe_machine, random_tokens, run_sequential, sampling  # noqa: E402
+from _engine_workload import describe_machine, random_tokens, run_sequential, sampling
 
-from backends.base import GenerateRequest  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
-from kvflow_orch.protocol import KVFlowHint  # noqa: E402
+from backends.base import GenerateRequest
+from backends.local import Engine, EngineConfig
+from kvflow_orch.protocol import KVFlowHint
 
 COUNTERS = ("device_hit_tokens", "host_hit_tokens", "prefetch_hit_tokens", "recomputed_tokens",
             "prefetched_tokens", "prefetch_unused_tokens", "evicted_device_tokens")
@@ -90,7 +90,8 @@ def main() -> int:
     host_tokens = args.host_tokens if args.host_tokens is not None else 2 * args.agents * per_request * args.rounds
     configs = [("lru", False), ("kvflow", False)] + ([("kvflow", True)] if host_tokens else [])
     print(describe_machine())
-    print(f"model {args.model}: {args.agents} agents, fixed {args.fixed}, dynamic {args.dynamic}, output {args.output}, "
+    print(f"model {args.model}: {args.agents} agents, fixed {args.fixed}, dynamic {args.dynamic}, "
+          f"output {args.output}, "
           f"{args.rounds} rounds; device pool {device_tokens} tokens (half the fixed prompts + one request), "
           f"host {host_tokens}")
     results = {}
@@ -100,7 +101,8 @@ def main() -> int:
         times = results[name]["times"]
         print(f"  {name:18s} round times " + ", ".join(f"{t:.1f}s" for t in times), flush=True)
     base = sum(results["lru"]["times"][1:])
-    print(f"\n{'config':18s} {'total s':>8s} {'steady s':>9s} {'lru/this':>9s}  " + "  ".join(f"{c[:-7]:>15s}" for c in COUNTERS))
+    print(f"\n{'config':18s} {'total s':>8s} {'steady s':>9s} {'lru/this':>9s}  "
+          + "  ".join(f"{c[:-7]:>15s}" for c in COUNTERS))
     for name, res in results.items():
         steady = sum(res["times"][1:])
         print(f"{name:18s} {sum(res['times']):8.1f} {steady:9.1f} {base / steady:8.2f}x  "

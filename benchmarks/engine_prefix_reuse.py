@@ -5,7 +5,8 @@ Each repetition sends a prompt whose fixed part is new (a miss: all 1,024 + dyna
 prefilled), then the same fixed part with a different dynamic part (a device hit: only the dynamic
 tokens are prefilled). Target: cached >= 3x faster. Prints min and median over repetitions.
 
-    python benchmarks/engine_prefix_reuse.py [--model smollm2-135m] [--fixed 1024] [--dynamic 32] [--reps 5] [--dtype float32]
+    python benchmarks/engine_prefix_reuse.py [--model smollm2-135m] [--fixed 1024] [--dynamic 32] [--reps 5] \\
+        [--dtype float32]
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _engine_workload import describe_machine, random_tokens, run_sequential, sampling  # noqa: E402
+from _engine_workload import describe_machine, random_tokens, run_sequential, sampling
 
-from backends.base import GenerateRequest  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
+from backends.base import GenerateRequest
+from backends.local import Engine, EngineConfig
 
 
 def main() -> int:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _engine_workload import describe_machine, random_tokens, sampling  # noqa: E402
+from _engine_workload import describe_machine, random_tokens, sampling
 
-from backends.base import GenerateRequest  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
+from backends.base import GenerateRequest
+from backends.local import Engine, EngineConfig
 
 
 def main() -> int:
@@ -34,7 +34,8 @@ def main() -> int:
 
     engine = Engine(EngineConfig.build(model=args.model, device_tokens=args.batch * (args.prompt + args.output) * 2,
                                  host_tokens=0, max_batch=args.batch, dtype=args.dtype))
-    requests = [GenerateRequest(random_tokens(engine, args.prompt, seed=i), sampling(args.output)) for i in range(args.batch)]
+    requests = [GenerateRequest(random_tokens(engine, args.prompt, seed=i), sampling(args.output))
+                for i in range(args.batch)]
 
     async def go() -> None:
         await asyncio.gather(*(engine.generate(r) for r in requests))
@@ -45,10 +46,12 @@ def main() -> int:
     engine.close()
     steps, step_s, forward_s = s["decode_steps"], s["decode_step_s"], s["decode_forward_s"]
     overhead = 1 - forward_s / step_s
-    print(f"model {args.model}, batch {args.batch}, prompt {args.prompt}, output {args.output}: {steps} pure decode steps")
+    print(f"model {args.model}, batch {args.batch}, prompt {args.prompt}, output {args.output}: "
+          f"{steps} pure decode steps")
     print(f"decode step {step_s / steps * 1000:.2f} ms, of which forward {forward_s / steps * 1000:.2f} ms; "
           f"{args.batch * steps / step_s:.1f} tokens/s aggregate")
-    print(f"scheduler overhead: {overhead * 100:.1f}% of decode step time   target <= 10%: {'met' if overhead <= 0.10 else 'NOT met'}")
+    print(f"scheduler overhead: {overhead * 100:.1f}% of decode step time   "
+          f"target <= 10%: {'met' if overhead <= 0.10 else 'NOT met'}")
     print(describe_machine())
     return 0
 

@@ -28,10 +28,10 @@ from typing import Any, Awaitable, Callable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _engine_workload import describe_machine, random_tokens  # noqa: E402
+from _engine_workload import describe_machine, random_tokens
 
-from backends.base import GenerateRequest, SamplingParams  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
+from backends.base import GenerateRequest, SamplingParams
+from backends.local import Engine, EngineConfig
 
 # A streamed call: prompt ids, max tokens -> (time of each token since submission)
 Caller = Callable[[Sequence[int], int], Awaitable[list[float]]]
@@ -40,7 +40,8 @@ Caller = Callable[[Sequence[int], int], Awaitable[list[float]]]
 def engine_caller(engine: Engine) -> Caller:
     async def call(prompt: Sequence[int], max_tokens: int) -> list[float]:
         start, stamps = time.perf_counter(), []
-        request = GenerateRequest(tuple(prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))
+        sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+        request = GenerateRequest(tuple(prompt), sampling)
         async for event in engine.stream(request):
             if event.token_id is not None:
                 stamps.append(time.perf_counter() - start)
@@ -80,7 +81,8 @@ async def ttft(call: Caller, prompt: Sequence[int]) -> float:
     return (await call(prompt, 1))[0]
 
 
-def measure(call: Caller, make_prompt: Callable[[int, int], Sequence[int]], args: argparse.Namespace) -> dict[str, float]:
+def measure(call: Caller, make_prompt: Callable[[int, int], Sequence[int]],
+            args: argparse.Namespace) -> dict[str, float]:
     async def run() -> dict[str, float]:
         out: dict[str, float] = {}
         await decode_rate(call, [make_prompt(32, 999)], 4)  # warm-up
@@ -89,7 +91,8 @@ def measure(call: Caller, make_prompt: Callable[[int, int], Sequence[int]], args
             rates = []
             for _ in range(args.repeats):
                 seed += 1
-                rates.append(await decode_rate(call, [make_prompt(args.context, seed * 100 + i) for i in range(b)], args.decode_tokens))
+                prompts = [make_prompt(args.context, seed * 100 + i) for i in range(b)]
+                rates.append(await decode_rate(call, prompts, args.decode_tokens))
             out[f"decode_tok_s_b{b}"] = statistics.median(rates)
         for n in args.ttft:
             times = []
@@ -121,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--decode-tokens must be >= 2; --repeats, --batches, --ttft and --context >= 1")
     print(describe_machine(), flush=True)
     longest = max(args.ttft + [args.context + args.decode_tokens])
-    engine = Engine(EngineConfig.build(model=args.model, dtype=args.dtype, device=args.device, max_batch=max(8, *args.batches),
+    engine = Engine(EngineConfig.build(model=args.model, dtype=args.dtype, device=args.device,
+                                       max_batch=max(8, *args.batches),
                                        device_tokens=max(8192, 2 * longest + 64 * max(args.batches)), host_tokens=0))
     info = engine.info()
     print(f"engine: {info['model']} {info['dtype']} on {info['tiers']['device']['device']}, "

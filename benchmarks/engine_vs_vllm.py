@@ -32,13 +32,14 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import engine_speed  # noqa: E402
-from backends import process_group  # noqa: E402
-from _engine_workload import describe_machine, load_average, random_tokens  # noqa: E402
+import engine_speed
+from backends import process_group
+from _engine_workload import describe_machine, load_average, random_tokens
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BENCH_SERVE = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--dataset-name", "random",
                "--random-input-len", "512", "--random-output-len", "64", "--num-prompts", "32",
@@ -87,7 +88,8 @@ def served_model(url: str) -> str:
 def bench_serve(vllm_bin: str, url: str, tokenizer: str, work: Path, label: str) -> dict[str, Any]:
     """vLLM's client picks the model from /v1/models only when it has a ``root`` field; name it instead."""
     argv = [vllm_bin, "bench", "serve", *BENCH_SERVE, "--base-url", url, "--tokenizer", tokenizer, "--seed", "0",
-            "--disable-tqdm", "--save-result", "--result-dir", str(work), "--result-filename", f"{label}.json", "--model", served_model(url)]
+            "--disable-tqdm", "--save-result", "--result-dir", str(work), "--result-filename", f"{label}.json",
+            "--model", served_model(url)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     (work / f"{label}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
@@ -117,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--vllm-dir", default="/tmp/i14/smollm2", help="the model exported for vLLM (kvflow export-model)")
+    parser.add_argument("--vllm-dir", default="/tmp/i14/smollm2",
+                        help="the model exported for vLLM (kvflow export-model)")
     parser.add_argument("--vllm-bin", default=str(ROOT / ".venv-vllm" / "bin" / "vllm"))
     parser.add_argument("--vllm-port", type=int, default=8011)
     parser.add_argument("--engine-port", type=int, default=8012)
@@ -143,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = engine.tokenizer
     try:
         res: dict[str, Any] = {"dtype": args.dtype, "engine": engine_speed.measure(
-            engine_speed.engine_caller(engine), lambda n, seed: random_tokens(engine, n, seed), args=speed)}
+            engine_speed.engine_caller(engine), lambda n, seed: random_tokens_of(tokenizer, n, seed), args=speed)}
     finally:
         engine.close()
     del engine
@@ -171,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(f"\nSmolLM2-135M, {args.dtype} on both sides, 2-core CPU; same run")
     say(f"{'figure':22s} {'engine':>10s} {'vLLM':>10s} {'ratio':>8s}")
     for key in res["engine"]:
-        say(f"{key:22s} {res['engine'][key]:10.3f} {res['vllm'][key]:10.3f} {res['engine'][key] / res['vllm'][key]:7.2f}x")
+        ours, theirs = res["engine"][key], res["vllm"][key]
+        say(f"{key:22s} {ours:10.3f} {theirs:10.3f} {ours / theirs:7.2f}x")
     if "serve" in res:
         for key in SERVE_KEYS + ("failed",):
             e, v = res["serve"]["engine"].get(key), res["serve"]["vllm"].get(key)

@@ -40,21 +40,19 @@ import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.base import GenerateRequest, SamplingParams  # noqa: E402
-from backends.local import Engine, EngineConfig  # noqa: E402
-from backends.sim.profiles import load_hardware  # noqa: E402
-from backends.sim.simulate import simulate  # noqa: E402
-from backends.sim.systems import SYSTEMS  # noqa: E402
-from backends.sim.workloads import Workload, from_graph  # noqa: E402
-from backends.sim.workloads import synthetic as synthetic_workload  # noqa: E402
-from kvflow_orch.harness.calibrate import model_profile_of  # noqa: E402  (a light module: sim profiles only)
-from kvflow_orch.protocol import KVFlowHint, StepsUpdate  # noqa: E402
+from backends.base import GenerateRequest, SamplingParams
+from backends.local import Engine, EngineConfig
+from backends.sim.profiles import load_hardware
+from backends.sim.simulate import simulate
+from backends.sim.systems import SYSTEMS
+from backends.sim.workloads import Workload, from_graph
+from backends.sim.workloads import synthetic as synthetic_workload
+from kvflow_orch.harness.calibrate import model_profile_of  # a light module: sim profiles only
+from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 # check system -> (simulator system, engine options)
 CHECK_SYSTEMS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -131,7 +129,7 @@ async def decode_speed(args: argparse.Namespace, bandwidth: float) -> dict[str, 
         rates = []
         for _ in range(3):
             start, stamps = time.perf_counter(), []
-            async for event in engine.stream(GenerateRequest(prompt, greedy(args.decode_tokens))):
+            async for _event in engine.stream(GenerateRequest(prompt, greedy(args.decode_tokens))):
                 stamps.append(time.perf_counter() - start)
             rates.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
     finally:
@@ -222,7 +220,8 @@ async def correctness_case(model: str, device: str, dtype: str, *, fixed: int, t
     finally:
         lru.close()
         del lru
-    kv = make_engine(model, device, dtype, 512, device_tokens=pool, host_tokens=8 * pool, policy="kvflow", prefetch=True)
+    kv = make_engine(model, device, dtype, 512, device_tokens=pool, host_tokens=8 * pool, policy="kvflow",
+                     prefetch=True)
     try:
         await kv.generate(request("planner", {"planner": 0}))
         for agent in ("coder", "critic"):
@@ -241,7 +240,8 @@ async def correctness_case(model: str, device: str, dtype: str, *, fixed: int, t
     problems = []
     for path in ("hit", "reload", "prefetch"):
         if found[path] != found["cold"]:
-            diverge = next((i for i, (a, b) in enumerate(zip(found[path], found["cold"])) if a != b), None)
+            diverge = next((i for i, (a, b) in enumerate(zip(found[path], found["cold"], strict=False)) if a != b),
+                           min(len(found[path]), len(found["cold"])))  # or where the shorter one ends
             problems.append(f"{path} differs from cold at token {diverge}")
     if found["hit_cached_tokens"] < fixed:
         problems.append(f"the repeat hit only {found['hit_cached_tokens']} cached tokens")
@@ -432,7 +432,8 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"  {c['model']:22s} {c['dtype']:9s} {'OK' if c['ok'] else 'FAIL: ' + '; '.join(c['problems'])}")
     print("== comparison (workflow s, mean TTFT s, speedup over lru, prefetch hidden, simulator error)")
     for case in report["comparison"]:
-        print(f"  {case['workload']} x{case['concurrency']} (device {case['device_tokens']}, host {case['host_tokens']} tokens)")
+        print(f"  {case['workload']} x{case['concurrency']} "
+              f"(device {case['device_tokens']}, host {case['host_tokens']} tokens)")
         for name, r in case["systems"].items():
             if "skipped" in r:
                 print(f"    {name:13s} skipped: {r['skipped']}")
@@ -440,7 +441,8 @@ def print_table(report: dict[str, Any]) -> None:
             hidden = "-" if r["prefetch_hidden_share"] is None else f"{r['prefetch_hidden_share']:.0%}"
             c = r["counters"]
             print(f"    {name:13s} {r['workflow_s']:8.3f}s  ttft {r['ttft_mean_s']:.4f}s  "
-                  f"x{r.get('speedup_over_lru', float('nan')):.2f}  hidden {hidden:>4s}  sim {r['simulator_error']:+.0%}  "
+                  f"x{r.get('speedup_over_lru', float('nan')):.2f}  hidden {hidden:>4s}  "
+                  f"sim {r['simulator_error']:+.0%}  "
                   f"hits dev/pf/host {c['device_hit_tokens']}/{c['prefetch_hit_tokens']}/{c['host_hit_tokens']} "
                   f"recomputed {c['recomputed_tokens']} moved {r['bytes_moved'] / 2**20:.1f} MiB")
     print("== mechanism")
@@ -510,7 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         label = f"{case['workload']} x{case['concurrency']}"
         checks = [(f"{label}: kvflow had prefetch hits", kv["counters"]["prefetch_hit_tokens"] > 0),
-                  (f"{label}: kvflow's brain holds tagged fixed prefixes ({kv['tagged_prefixes']} of {kv['agents']} agents)",
+                  (f"{label}: kvflow's brain holds tagged fixed prefixes "
+                   f"({kv['tagged_prefixes']} of {kv['agents']} agents)",
                    kv["tagged_prefixes"] > 0)]
         for what, ok in checks:
             report["mechanism"].append({"what": what, "ok": bool(ok)})

@@ -31,12 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kvflow_orch import END, START, BranchStats  # noqa: E402
-from kvflow_orch.asg import ExpectedTables  # noqa: E402
-from kvflow_orch.hinting import WorkflowHints  # noqa: E402
-from kvflow_orch.stepmath import solve, solve_ops  # noqa: E402
-from workflows.supervisor import routing, supervisor  # noqa: E402
-from workflows.synthetic import synthetic  # noqa: E402
+from kvflow_orch import END, START, BranchStats
+from kvflow_orch.asg import ExpectedTables
+from kvflow_orch.hinting import WorkflowHints
+from kvflow_orch.stepmath import solve, solve_ops
+from workflows.supervisor import routing, supervisor
+from workflows.synthetic import synthetic
 
 TARGET_MS = 0.1
 

@@ -83,8 +83,8 @@ def probe_bodies(max_tokens: int) -> list[tuple[str, dict[str, Any]]]:
                                  ("You are terse.", "Name three colours."))]
     bodies = [("/v1/chat/completions", {"messages": m, "max_tokens": max_tokens, "temperature": 0}) for m in chat]
     ids = [(i * 31 + 7) % 250 for i in range(600)]
-    bodies += [("/generate", {"input_ids": ids[:n], "sampling_params": {"max_new_tokens": max_tokens,
-                                                                        "ignore_eos": True, "temperature": 0}}) for n in (600, 300)]
+    sampling = {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
+    bodies += [("/generate", {"input_ids": ids[:n], "sampling_params": sampling}) for n in (600, 300)]
     return bodies
 
 
@@ -278,8 +278,9 @@ async def run_flood(url: str, pid: int, args: argparse.Namespace) -> Flood:
 
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         t0 = time.perf_counter()
-        *sent, _ = await asyncio.gather(*(_flood_connection(url, args.flood_rate / FLOOD_CONNECTIONS, args.flood_seconds,
-                                                            c, answered) for c in range(FLOOD_CONNECTIONS)),
+        rate = args.flood_rate / FLOOD_CONNECTIONS
+        *sent, _ = await asyncio.gather(*(_flood_connection(url, rate, args.flood_seconds, c, answered)
+                                          for c in range(FLOOD_CONNECTIONS)),
                                         others(client))
         hints = (await client.get(f"{DEBUG}/hints")).json()
         rss_after = _rss_mb(pid)
@@ -327,15 +328,18 @@ def main(argv: list[str] | None = None) -> int:
         if flood is not None:
             print(f"flood: offered {flood.offered} steps updates in {flood.seconds:.1f} s "
                   f"({flood.offered / flood.seconds:.0f}/s); server answered {flood.answered} "
-                  f"({flood.answered / flood.answer_seconds:.0f}/s); other client: {flood.others_ok}/{flood.others_sent} "
-                  f"chats ok, p99 {flood.others_p99_ms:.1f} ms; hint table at the end {flood.hint_workflows} workflows / "
+                  f"({flood.answered / flood.answer_seconds:.0f}/s); "
+                  f"other client: {flood.others_ok}/{flood.others_sent} chats ok, p99 {flood.others_p99_ms:.1f} ms; "
+                  f"hint table at the end {flood.hint_workflows} workflows / "
                   f"{flood.hint_entries} entries, after done {flood.hint_workflows_after_done}; server RSS "
                   f"{flood.rss_before_mb:.0f} -> {flood.rss_after_mb:.0f} MB", flush=True)
         loaded = run_probes(url, args.max_tokens)
     same = loaded == fresh
     print(f"probes: {len(fresh)} requests, outputs identical to a fresh server: {same}")
-    ok = same and (flood is None or (flood.hint_workflows_after_done == 0 and flood.others_ok == flood.others_sent)) and all(r.errors == 0 and not any(r.held_after.values()) and r.integrity.get("ok")
-                      and r.integrity.get("locked_nodes") == 0 and r.hint_workflows_after == 0 for r in rows)
+    flood_ok = flood is None or (flood.hint_workflows_after_done == 0 and flood.others_ok == flood.others_sent)
+    ok = same and flood_ok and all(r.errors == 0 and not any(r.held_after.values()) and r.integrity.get("ok")
+                                   and r.integrity.get("locked_nodes") == 0 and r.hint_workflows_after == 0
+                                   for r in rows)
     print(f"total {time.perf_counter() - t_start:.0f} s; all checks {'passed' if ok else 'FAILED'}")
     if args.json:
         with open(args.json, "w") as fh:

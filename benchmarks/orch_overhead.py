@@ -88,14 +88,15 @@ def main() -> None:
 
     build()
     hint = hints.hint(tracker, names[position[0]], fixed_prefix=1)
-    body = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], "max_tokens": 4}
+    body = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+            "max_tokens": 4}
 
     def inject() -> None:
         json.dumps(attach_hint(body, hint))
 
     build_ms = _timed(build, args.repeat)
     inject_ms = _timed(inject, args.repeat)
-    both_ms = [a + b for a, b in zip(build_ms, inject_ms)]
+    both_ms = [a + b for a, b in zip(build_ms, inject_ms, strict=True)]
 
     async def whole() -> float:
         client = InstantClient()

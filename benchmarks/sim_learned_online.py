@@ -32,11 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backends.sim.markov import chain_of_routing, hit_rates  # noqa: E402
-from backends.sim.profiles import load_hardware, load_model  # noqa: E402
-from backends.sim.simulate import simulate  # noqa: E402
-from backends.sim.systems import get_system  # noqa: E402
-from kvflow_orch.harness.scenarios import TRAIN_RUNS, routed_device_tokens, routed_workload  # noqa: E402
+from backends.sim.markov import chain_of_routing, hit_rates
+from backends.sim.profiles import load_hardware, load_model
+from backends.sim.simulate import simulate
+from backends.sim.systems import get_system
+from kvflow_orch.harness.scenarios import TRAIN_RUNS, routed_device_tokens, routed_workload
 
 H100, LLAMA = load_hardware("h100-sxm"), load_model("llama-3.1-8b")
 MODES = {"online": 0, "across runs": TRAIN_RUNS}

@@ -17,9 +17,10 @@ two workloads, and reads vLLM's own ``/metrics`` counters around each:
 
 The KV pool (2,176 tokens, 17 blocks of 128) holds about half of the six cycle agents' fixed prompts
 (4,200 tokens) and about half of MetaGPT's five role prompts (3,998 SmolLM2 tokens, 28 full blocks);
-every workload starts from an empty prefix cache. Greedy replies are compared per project. Printed: prefix-cache hit ratio
-(``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``), end-to-end workflow time, their
-kvflow/stock ratios, and whether every greedy reply is identical under both policies. The machine
+every workload starts from an empty prefix cache. Greedy replies are compared per project.
+Printed: prefix-cache hit ratio (``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``),
+end-to-end workflow time, their kvflow/stock ratios, and whether every greedy reply is identical
+under both policies. The machine
 may be shared: the ratios of one run, measured back to back, are the result.
 """
 
@@ -41,13 +42,14 @@ from typing import Any, Iterator
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.vllm_kvflow.launcher import running  # noqa: E402
-from kvflow_orch.runtime import RunResult, arun  # noqa: E402
-from workflows.metagpt import metagpt  # noqa: E402
-from workflows.synthetic import synthetic  # noqa: E402
+from backends.vllm_kvflow.launcher import running
+from kvflow_orch.runtime import RunResult, arun
+from workflows.metagpt import metagpt
+from workflows.synthetic import synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 BLOCK = 128
@@ -160,13 +162,15 @@ def run_policy(model: Path, policy: str, device_tokens: int, args: argparse.Name
                          "engine": {key: round(after[key] - before[key], 2) for key in TIMES},
                          # per project, keyed by its input (not by completion order)
                          "state": {json.dumps(inp, sort_keys=True): json.loads(json.dumps(r.state, default=str))
-                                   for inp, r in zip(inputs, results)},
+                                   for inp, r in zip(inputs, results, strict=True)},
                          "calls": _calls(results[0]) if len(results) == 1 else
-                                  {json.dumps(inp, sort_keys=True): _calls(r) for inp, r in zip(inputs, results)}}
+                                  {json.dumps(inp, sort_keys=True): _calls(r)
+                                   for inp, r in zip(inputs, results, strict=True)}}
             engine = out[name]["engine"]
             print(f"  {policy} {name}: {elapsed:.1f} s, hit ratio {out[name]['hit_ratio']:.3f} "
                   f"({int(hits)}/{int(queries)} tokens); in vLLM: prefill {engine['prefill_s']:.1f} s, "
-                  f"decode {engine['decode_s']:.1f} s, queue {engine['queue_s']:.1f} s, requests {engine['e2e_s']:.1f} s",
+                  f"decode {engine['decode_s']:.1f} s, queue {engine['queue_s']:.1f} s, "
+                  f"requests {engine['e2e_s']:.1f} s",
                   flush=True)
         with contextlib.suppress(httpx.HTTPError):
             out["kvflow_stats"] = httpx.get(url + "/kvflow/v1/stats", timeout=30).json()

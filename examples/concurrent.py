@@ -45,7 +45,8 @@ async def main(backend: str, n: int) -> None:
     started = time.perf_counter()
     try:
         results = await asyncio.gather(
-            *(arun(workflow, {"question": QUESTIONS[i % len(QUESTIONS)]}, backend=client, namespace="research") for i in range(n))
+            *(arun(workflow, {"question": QUESTIONS[i % len(QUESTIONS)]}, backend=client, namespace="research")
+              for i in range(n))
         )
     finally:
         await client.aclose()
@@ -60,4 +61,5 @@ async def main(backend: str, n: int) -> None:
 if __name__ == "__main__":
     import asyncio
 
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "local:tiny-random", int(sys.argv[2]) if len(sys.argv) > 2 else 4))
+    backend = sys.argv[1] if len(sys.argv) > 1 else "local:tiny-random"
+    asyncio.run(main(backend, int(sys.argv[2]) if len(sys.argv) > 2 else 4))

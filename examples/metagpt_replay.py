@@ -44,7 +44,8 @@ DEFAULT_DEVICE_TOKENS = {
 
 def build(name: str, rounds: int, max_tokens: int):
     if name == "peer":
-        return peer(rounds + 1, max_tokens), {"question": "Is a 5% dividend yield sustainable for a utility with rising debt?"}
+        question = "Is a 5% dividend yield sustainable for a utility with rising debt?"
+        return peer(rounds + 1, max_tokens), {"question": question}
     return metagpt(rounds, max_tokens), {"idea": DEMO_IDEA}
 
 

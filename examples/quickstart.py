@@ -26,7 +26,8 @@ wf.add_edge(START, "writer")
 wf.add_edge("writer", "critic")
 wf.add_edge("critic", "count")
 # A conditional edge: rewrite once with the critic's advice, then stop.
-wf.add_conditional_edges("count", lambda state: "again" if state["drafts"] < 2 else "done", {"again": "writer", "done": END})
+wf.add_conditional_edges("count", lambda state: "again" if state["drafts"] < 2 else "done",
+                         {"again": "writer", "done": END})
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ class StateStore:
         if update is None:
             return
         if not isinstance(update, Mapping):
-            raise WorkflowError(f"node {node!r} returned {type(update).__name__}; a node returns a dict of state updates or None")
+            raise WorkflowError(f"node {node!r} returned {type(update).__name__}; "
+                                "a node returns a dict of state updates or None")
         for key, value in update.items():
             reducer = self._reducers.get(key)
             if reducer is not None:
@@ -48,7 +49,8 @@ class StateStore:
                     try:
                         value = reducer(self.values[key], value)
                     except Exception as exc:
-                        raise WorkflowError(f"reducer of key {key!r} failed on the update from node {node!r}: {exc}") from exc
+                        raise WorkflowError(
+                            f"reducer of key {key!r} failed on the update from node {node!r}: {exc}") from exc
             else:
                 previous = self._last_write.get(key)
                 if previous is not None and previous[1] > started:

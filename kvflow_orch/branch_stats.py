@@ -175,7 +175,8 @@ class BranchStats:
                 counts = {str(t): float(c) for t, c in dict(item["counts"]).items()}
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"branch stats: routers[{i}] is malformed: {exc}") from None
-            if not math.isfinite(decisions) or decisions < 0 or any(not math.isfinite(c) or c < 0 for c in counts.values()):
+            if (not math.isfinite(decisions) or decisions < 0
+                    or any(not math.isfinite(c) or c < 0 for c in counts.values())):
                 raise ValueError(f"branch stats: routers[{i}] has a negative or non-finite count")
             entry = _Router()
             entry.decisions = decisions

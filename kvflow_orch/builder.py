@@ -21,7 +21,6 @@ import typing
 from typing import Any, Callable, Hashable, Literal, Mapping, Sequence, get_args, get_origin
 
 from .asg import AgentStepGraph
-from .constants import END, START
 from .errors import WorkflowError
 from .nodes import AgentNode, Branch, CustomAgentNode, FunctionNode, Node, PromptSpec
 from .protocol.sampling import Sampling
@@ -184,7 +183,7 @@ def _sampling(name: str, max_tokens: int, temperature: float, top_p: float, seed
 
 def _literal_targets(router: Callable[..., Any]) -> tuple[str, ...] | None:
     """Targets from a ``-> Literal[...]`` (or ``list[Literal[...]]``) return annotation."""
-    target = router if hasattr(router, "__annotations__") else getattr(router, "__call__", router)
+    target = router if hasattr(router, "__annotations__") else router.__call__
     try:
         hints = typing.get_type_hints(target)
     except Exception:

@@ -45,7 +45,8 @@ _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(Sampling))
 
 
 class AgentContext:
-    def __init__(self, run: AgentRun, node: str, agent: str, system: str, sampling: Sampling, state: dict[str, Any]) -> None:
+    def __init__(self, run: AgentRun, node: str, agent: str, system: str, sampling: Sampling,
+                 state: dict[str, Any]) -> None:
         """``state``: the snapshot the runtime took for this execution; nothing else holds it."""
         self._run = run
         self.node = node
@@ -61,10 +62,12 @@ class AgentContext:
     async def llm(self, content: str, **sampling: Any) -> str:
         """One LLM call as this agent; returns the reply text."""
         if not isinstance(content, str):
-            raise WorkflowError(f"node {self.node!r}: ctx.llm needs the user content as a string, got {type(content).__name__}")
+            raise WorkflowError(f"node {self.node!r}: ctx.llm needs the user content as a string, "
+                                f"got {type(content).__name__}")
         unknown = set(sampling) - _SAMPLING_FIELDS
         if unknown:
-            raise WorkflowError(f"node {self.node!r}: unknown sampling options {sorted(unknown)}; allowed: {sorted(_SAMPLING_FIELDS)}")
+            raise WorkflowError(f"node {self.node!r}: unknown sampling options {sorted(unknown)}; "
+                                f"allowed: {sorted(_SAMPLING_FIELDS)}")
         params = dataclasses.replace(self._sampling, **sampling) if sampling else self._sampling
         messages = ({"role": "system", "content": self.system}, {"role": "user", "content": content})
         hint = self._run.hint_for(self.agent)

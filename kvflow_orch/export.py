@@ -104,7 +104,8 @@ def _quote(text: str) -> str:
 def describe(asg: "AgentStepGraph") -> str:
     """The listing ``kvflow graph`` prints: nodes with kind/agent, edges with kinds, initial steps."""
     width = max((len(n) for n in (START, *asg.nodes)), default=8)
-    out = [f"workflow {asg.name!r}: {len(asg.nodes)} nodes, {len(asg.agents)} agents, {len(asg.joins)} AND-joins", "", "nodes:"]
+    out = [f"workflow {asg.name!r}: {len(asg.nodes)} nodes, {len(asg.agents)} agents, {len(asg.joins)} AND-joins",
+           "", "nodes:"]
     for name in asg.nodes:
         agent = asg.agent_of(name)
         out.append(f"  {name:<{width}}  {node_kind(asg, name):<12}  {f'agent={agent}' if agent else ''}".rstrip())

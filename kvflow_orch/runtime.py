@@ -78,8 +78,8 @@ def _compile(workflow: Any) -> AgentStepGraph:
 class _Execution:
     """One workflow instance in flight (the :class:`~kvflow_orch.context.AgentRun` of its contexts)."""
 
-    def __init__(self, asg: AgentStepGraph, client: LLMClient, workflow_id: str, namespace: str, max_steps: int, on_event,
-                 branch_stats: BranchStats | None = None) -> None:
+    def __init__(self, asg: AgentStepGraph, client: LLMClient, workflow_id: str, namespace: str, max_steps: int,
+                 on_event, branch_stats: BranchStats | None = None) -> None:
         self.asg = asg
         self.branch_stats = branch_stats
         self.client = client

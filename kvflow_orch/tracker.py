@@ -132,7 +132,8 @@ class StepTracker:
     # ----------------------------------------------------------------- reading
     def steps(self) -> dict[str, float]:
         """Steps-to-execution of every node (START/END excluded); ``math.inf`` = never again."""
-        return dict(zip(self._graph.names, self._values()))
+        values = self._values()  # one per index: the nodes, then START
+        return dict(zip(self._graph.names, values[:self._graph.start], strict=True))
 
     def agent_steps(self) -> dict[str, float]:
         """Per agent identity: the min of ``steps()`` over its nodes."""

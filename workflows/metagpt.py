@@ -38,9 +38,8 @@ def metagpt(fix_rounds: int = 2, max_tokens: int = 256) -> Workflow:
         raise ValueError(f"fix_rounds must be an integer >= 0, got {fix_rounds!r}")
     wf = Workflow("metagpt")
     wf.add_agent("product_manager", system=PRODUCT_MANAGER, prompt="Idea: {idea}", output="prd", max_tokens=max_tokens)
-    wf.add_agent(
-        "architect", system=ARCHITECT, prompt="Product requirement document:\n{prd}", output="design", max_tokens=max_tokens
-    )
+    wf.add_agent("architect", system=ARCHITECT, prompt="Product requirement document:\n{prd}", output="design",
+                 max_tokens=max_tokens)
     wf.add_agent(
         "project_manager",
         system=PROJECT_MANAGER,

@@ -63,7 +63,8 @@ def _roles(workers: int, fixed: int) -> tuple[str, list[str]]:
 def _route(state: Mapping[str, Any], names: list[str], weights: Mapping[str, float], rounds: int, seed: int) -> str:
     if state.get("turn", 0) > rounds:
         return END
-    return named_choice(state.get("plan", ""), names) or draw(weights, seed, state.get("task", ""), state.get("turn", 0))
+    return (named_choice(state.get("plan", ""), names)
+            or draw(weights, seed, state.get("task", ""), state.get("turn", 0)))
 
 
 def supervisor(workers: int = 8, zipf_s: float = 1.2, rounds: int = 6, fixed: int = 256, dynamic: int = 16,
@@ -80,10 +81,11 @@ def supervisor(workers: int = 8, zipf_s: float = 1.2, rounds: int = 6, fixed: in
     @wf.agent("supervisor", system=boss, max_tokens=output)
     async def supervise(ctx, state):
         turn = state.get("turn", 0) + 1
-        reply = await ctx.llm(f"Task: {state.get('task', '')}. Turn {turn}. " + filler(dynamic, (state.get("task"), turn)))
+        reply = await ctx.llm(f"Task: {state.get('task', '')}. Turn {turn}. "
+                              + filler(dynamic, (state.get("task"), turn)))
         return {"turn": turn, "plan": reply}
 
-    for name, role in zip(names, roles):
+    for name, role in zip(names, roles, strict=True):
         wf.add_agent(name, system=role, output="work", max_tokens=output,
                      prompt=lambda s, n=name: f"{n}: do turn {s.get('turn', 0)} of {s.get('task', '')}. "
                      + filler(dynamic, (n, s.get("task"), s.get("turn"))))
@@ -124,7 +126,7 @@ def supervisor_app(llm: Any, workers: int = 8, zipf_s: float = 1.2, rounds: int 
 
     graph = StateGraph(SupervisorState)
     graph.add_node("supervisor", supervise)
-    for name, role in zip(names, roles):
+    for name, role in zip(names, roles, strict=True):
         graph.add_node(name, worker(name, role))
         graph.add_edge(name, "supervisor")
     graph.add_edge(LG_START, "supervisor")

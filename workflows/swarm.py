@@ -44,7 +44,7 @@ def routing(agents: int = 6, zipf_s: float = 1.2, seed: int = 0) -> dict[str, di
     for name in names:
         others = [n for n in names if n != name]
         rng.shuffle(others)
-        matrix[name] = dict(zip(others, weights))
+        matrix[name] = dict(zip(others, weights, strict=True))
     return matrix
 
 
@@ -62,7 +62,8 @@ def _next(name: str, state: Mapping[str, Any], matrix: Mapping[str, Mapping[str,
     if state.get("hops", 0) >= hops:
         return END
     row = matrix[name]
-    return named_choice(state.get("last", ""), list(row)) or draw(row, seed, state.get("task", ""), state.get("hops", 0))
+    return (named_choice(state.get("last", ""), list(row))
+            or draw(row, seed, state.get("task", ""), state.get("hops", 0)))
 
 
 def swarm(agents: int = 6, zipf_s: float = 1.2, hops: int = 8, fixed: int = 256, dynamic: int = 16,
@@ -76,7 +77,8 @@ def swarm(agents: int = 6, zipf_s: float = 1.2, hops: int = 8, fixed: int = 256,
     for name in names:
         async def act(ctx, state, name=name):
             hop = state.get("hops", 0) + 1
-            reply = await ctx.llm(f"Task: {state.get('task', '')}. Hop {hop}. " + filler(dynamic, (name, state.get("task"), hop)))
+            reply = await ctx.llm(f"Task: {state.get('task', '')}. Hop {hop}. "
+                                  + filler(dynamic, (name, state.get("task"), hop)))
             return {"hops": hop, "last": reply}
 
         wf.agent(name, system=roles[name], max_tokens=output)(act)

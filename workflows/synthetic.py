@@ -55,7 +55,7 @@ def synthetic(
     shared = fixed // 2 if branches > 1 else 0
     for s, names in enumerate(stages):
         last_stage = s == n_agents - 1
-        for b, name in enumerate(names):
+        for name in names:
             system = " ".join(p for p in (filler(shared, ("shared", s)), filler(fixed - shared, ("fixed", name))) if p)
             wf.agent(name, system=system, max_tokens=output)(_agent_fn(name, dynamic, last_stage))
     if branches == 1:

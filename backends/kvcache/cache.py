@@ -41,7 +41,8 @@ class holds the mechanics:
   branch candidate counts, most urgent first) and whose fixed prefix is (partly) host-only gets a
   :class:`LoadTask`, within a budget (:mod:`.budget`, SGLang's too): free device slots, plus device
   space whose eviction removes nothing as urgent as that agent (only untagged nodes and nodes with
-  larger steps, in policy order), and at most ``max_inflight_loads`` prefetch tasks in flight. A loading prefix is skipped.
+  larger steps, in policy order), and at most ``max_inflight_loads`` prefetch tasks in flight. A
+  loading prefix is skipped.
   Steps may be fractional (expected steps under learned routing, which grow as an agent becomes
   unlikely): the same rule then loads the likeliest candidates first and only into room held by
   less likely agents, so a load never displaces a likelier agent and is itself evicted before any
@@ -492,7 +493,7 @@ class KVCache:
                 self._refresh(node)
                 self._refresh(node.parent)
             else:
-                duplicates.extend(s for s, t in zip(mine, node.device) if s != t)
+                duplicates.extend(s for s, t in zip(mine, node.device, strict=True) if s != t)
             pos += len(node)
         if duplicates:
             self._held.difference_update(duplicates)

@@ -57,7 +57,7 @@ class EvictionPolicy(ABC):
     def key(self, node: Node) -> Any:
         """Sort key of an evictable node; the smallest is evicted first."""
 
-    def on_request(self, tokens: Sequence[int]) -> None:
+    def on_request(self, tokens: Sequence[int]) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Called once per admitted request, in arrival order (Belady advances its clock)."""
 
     def version(self) -> object:

@@ -125,7 +125,8 @@ def replay(events: Sequence[tuple[str, Any]], config: CacheConfig, *, belady: bo
     as the future) and return it; its ``stats`` hold the replayed hits and recomputed tokens.
     Hint TTLs do not expire during a replay (its clock stands still)."""
     if config.has_host_tier:
-        raise ValueError("replay covers traces without a host tier (host_tokens=0): loads and demotions are not replayed")
+        raise ValueError("replay covers traces without a host tier (host_tokens=0): "
+                         "loads and demotions are not replayed")
     if any(kind == "overlap" for kind, _ in events):
         raise TraceError("the recording has overlapping requests (admitted before the previous one ended, "
                          "or admitted again after a refused allocation): the replay follows sequential traces")

@@ -152,7 +152,9 @@ class Engine:
         if fixed is not None and not 0 <= fixed <= len(ids):
             raise EngineError(f"fixed_prefix_tokens is {fixed} but the prompt has {len(ids)} tokens")
 
-    def _submit(self, request: GenerateRequest, grammar: Any = None) -> tuple[RequestState, asyncio.Queue[StreamEvent | BaseException]]:
+    def _submit(
+        self, request: GenerateRequest, grammar: Any = None,
+    ) -> tuple[RequestState, asyncio.Queue[StreamEvent | BaseException]]:
         self._validate(request)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[StreamEvent | BaseException] = asyncio.Queue()

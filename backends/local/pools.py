@@ -20,7 +20,8 @@ __all__ = ["KVPool", "copy_slots"]
 class KVPool:
     """Implements ``backends.local.model.llama.KVStore``."""
 
-    def __init__(self, cfg: ModelConfig, tokens: int, *, device: torch.device | str, dtype: torch.dtype, pin: bool = False, lazy: bool = False) -> None:
+    def __init__(self, cfg: ModelConfig, tokens: int, *, device: torch.device | str, dtype: torch.dtype,
+                 pin: bool = False, lazy: bool = False) -> None:
         shape = (cfg.num_layers, tokens, cfg.num_kv_heads, cfg.head_dim)
         self.tokens = tokens
         self.device = torch.device(device)
@@ -64,7 +65,8 @@ def gather_rows(tensor: torch.Tensor, index: torch.Tensor, slot: str, *, pin: bo
     return out
 
 
-def copy_slots(src: KVPool, src_slots: Sequence[int], dst: KVPool, dst_slots: Sequence[int], *, non_blocking: bool = False) -> None:
+def copy_slots(src: KVPool, src_slots: Sequence[int], dst: KVPool, dst_slots: Sequence[int], *,
+               non_blocking: bool = False) -> None:
     """Copy the K/V rows ``src_slots[i]`` of ``src`` into rows ``dst_slots[i]`` of ``dst`` (all layers).
 
     Host->device: rows are gathered into per-thread pinned staging buffers (one for K, one for V) and

@@ -47,7 +47,8 @@ class ModelRunner:
         return logits
 
     def prefill(self, tokens: Sequence[int], prefix_slots: Sequence[int], new_slots: Sequence[int]) -> torch.Tensor:
-        """Compute ``tokens`` (stored into ``new_slots``) after a cached prefix; returns the last token's logits ``[vocab]``."""
+        """Compute ``tokens`` (stored into ``new_slots``) after a cached prefix; returns the last
+        token's logits ``[vocab]``."""
         if len(tokens) != len(new_slots) or not tokens:
             raise ValueError(f"prefill of {len(tokens)} tokens into {len(new_slots)} slots")
         context = list(prefix_slots)
@@ -60,5 +61,6 @@ class ModelRunner:
         return logits[0]
 
     def decode(self, last_tokens: Sequence[int], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
-        """One step for each sequence: ``contexts[b]`` ends with the slot for ``last_tokens[b]``; returns ``[B, vocab]``."""
+        """One step for each sequence: ``contexts[b]`` ends with the slot for ``last_tokens[b]``;
+        returns ``[B, vocab]``."""
         return self._forward([[t] for t in last_tokens], contexts, decode=True)

@@ -70,5 +70,5 @@ def token_logprob(logits: torch.Tensor, token: int, top: int) -> TokenLogprob:
     alternatives: tuple[tuple[int, float], ...] = ()
     if top > 0:
         values, ids = logp.topk(min(top, logp.numel()))
-        alternatives = tuple((int(i), float(v)) for i, v in zip(ids, values))
+        alternatives = tuple((int(i), float(v)) for i, v in zip(ids, values, strict=True))
     return TokenLogprob(token, float(logp[token]), alternatives)

@@ -44,7 +44,8 @@ class Scheduler:
         device, dtype, cfg = config.torch_device(), config.torch_dtype(), loaded.model.cfg
         self.config = config
         self.device_pool = KVPool(cfg, config.cache.device_tokens, device=device, dtype=dtype)
-        self.host_pool = KVPool(cfg, config.cache.host_tokens, device="cpu", dtype=dtype, pin=device.type == "cuda", lazy=True)
+        self.host_pool = KVPool(cfg, config.cache.host_tokens, device="cpu", dtype=dtype, pin=device.type == "cuda",
+                                lazy=True)
         self.cache = KVCache(config.cache)
         self.runner = ModelRunner(loaded.model, self.device_pool, config.chunk_tokens)
         self.tiers = TierMover(self.cache, self.device_pool, self.host_pool, prefetch=config.cache.prefetch, wake=wake,
@@ -175,7 +176,7 @@ class Scheduler:
             return
         try:
             result = self.cache.flush()
-        except Exception as exc:  # noqa: BLE001 - reported to the caller, the loop keeps serving
+        except Exception as exc:  # reported to the caller, the loop keeps serving
             deliver(False, exc)
             return
         self._publish()
@@ -241,12 +242,13 @@ class Scheduler:
             return False
         positions = [len(s.prompt) + len(s.outputs) - 1 for s in batch]
         try:
-            logits = self.runner.decode([s.outputs[-1] for s in batch], [s.slots(p + 1) for s, p in zip(batch, positions)])
+            logits = self.runner.decode([s.outputs[-1] for s in batch],
+                                        [s.slots(p + 1) for s, p in zip(batch, positions, strict=True)])
         except Exception as exc:
             for state in batch:
                 self._fail(state, exc)
             return True
-        for state, row in zip(batch, logits):
+        for state, row in zip(batch, logits, strict=True):
             try:
                 self._emit(state, row)
             except Exception as exc:  # fail this request only; raising here would stall the whole batch forever

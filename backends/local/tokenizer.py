@@ -18,7 +18,8 @@ from backends.base import EncodedPrompt
 __all__ = ["ChatTokenizer", "CHATML_TEMPLATE", "byte_level_tokenizer", "IncrementalDecoder"]
 
 CHATML_TEMPLATE = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 CHATML_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")

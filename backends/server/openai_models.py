@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from backends.base import GenerateResult, SamplingParams, TokenLogprob
+from backends.base import GenerateResult, TokenLogprob
 
 __all__ = [
     "LenientModel",

@@ -123,7 +123,7 @@ def openai_router(ctx: ServerContext) -> APIRouter:
             results = await complete_all(request, ctx, greqs, "messages", plan.constraint_param)
             reply = api.chat_completion(id_, model, results, decode, fixed_tokens)
             if plan.envelope:
-                for choice, result in zip(reply["choices"], results):
+                for choice, result in zip(reply["choices"], results, strict=True):
                     choice["message"], choice["finish_reason"] = tool_calls.parse_reply(result.text,
                                                                                         result.finish_reason)
             return JSONResponse(reply)

@@ -81,9 +81,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 ok["text/event-stream"] = {"schema": {"type": "object", "properties": {"data": {"type": "string"}}}}
             if path == "/metrics":
                 ok = {"text/plain": {"schema": {"type": "string"}}}
+            error = {"application/json": {"schema": {"$ref": _REF.format(model="Error")}}}
             op["responses"] = {"200": {"description": "OK", "content": ok},
-                               "default": {"description": "Error",
-                                           "content": {"application/json": {"schema": {"$ref": _REF.format(model="Error")}}}}}
+                               "default": {"description": "Error", "content": error}}
             model = _BODIES.get(path)
             if model is not None and method == "post":
                 components[model.__name__] = _schema(model, components)

@@ -23,7 +23,7 @@ def install_import_shims() -> None:
     import torch
 
     try:
-        torch.ops.torchvision.nms  # real ops present: nothing to do
+        _ = torch.ops.torchvision.nms  # the lookup raises unless the real ops are present
         return
     except (AttributeError, RuntimeError):
         pass
@@ -34,7 +34,7 @@ def install_import_shims() -> None:
 
 
 def _transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size=1, **_):
-    for src, dst in zip(src_layers, dst_layers):
+    for src, dst in zip(src_layers, dst_layers, strict=True):
         dst[dst_indices] = src[src_indices]
 
 

@@ -78,7 +78,8 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, tree_core: str 
 
 def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> LaunchPlan:
     """From ``kvflow serve``'s parsed arguments (attributes it may lack take their defaults)."""
-    return build_command(args.model, extra_argv, **serve_options(args, POLICY_NAME), tree_core=getattr(args, "tree_core", None))
+    return build_command(args.model, extra_argv, **serve_options(args, POLICY_NAME),
+                         tree_core=getattr(args, "tree_core", None))
 
 
 def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:
@@ -92,7 +93,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     """The standalone launcher's flags (``kvflow serve --engine sglang``'s, plus ``--tree-core``);
     unknown flags are returned for SGLang."""
     parser = argparse.ArgumentParser(prog="python -m backends.sglang_kvflow.launcher",
-                                     description="SGLang with the kvflow plugin (same flags as kvflow serve --engine sglang)")
+                                     description="SGLang with the kvflow plugin "
+                                                 "(same flags as kvflow serve --engine sglang)")
     parser.add_argument("--model", required=True)
     parser.add_argument("--policy", choices=(POLICY_NAME, "lru"), default=POLICY_NAME)
     parser.add_argument("--device-tokens", type=int)

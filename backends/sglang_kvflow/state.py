@@ -18,7 +18,8 @@ from backends.kvcache.config import CacheConfig
 from backends.kvcache.hints import AgentRef, HintTable
 from backends.kvcache.intake import INTAKE_COUNTERS, RequestIntake
 
-__all__ = ["PluginConfig", "MessageClock", "UNSIZED_POOL", "PrefixKey", "Inflight", "KVFlowState", "get_state", "configure", "reset_state", "COUNTERS"]
+__all__ = ["PluginConfig", "MessageClock", "UNSIZED_POOL", "PrefixKey", "Inflight", "KVFlowState", "get_state",
+           "configure", "reset_state", "COUNTERS"]
 
 # Monotonic counters reported by GET /kvflow/v1/stats: the intake's, then the plugin's own.
 PLUGIN_COUNTERS = ("prefetch_issued", "prefetched_tokens", "prefetch_rejected", "admission_skips")

@@ -167,7 +167,8 @@ class GraphClient(WarmingClient):
         prompt = fixed + random_tokens(self.rng, self.spec.dynamic_tokens)
         # as the runtime's [system, user] call
         hint = self.hints.hint(self._steps_source(measured), agent, fixed_prefix=1)  # type: ignore[arg-type]
-        return SimRequest(prompt, random_tokens(self.rng, output), (self.inst.namespace, agent), len(fixed), hint, on_done)
+        return SimRequest(prompt, random_tokens(self.rng, output), (self.inst.namespace, agent), len(fixed), hint,
+                          on_done)
 
 
 class FutureSteps:

@@ -136,7 +136,8 @@ class TraceClient(WarmingClient):
             self.sim.events.schedule(now + self.inst.calls[i].delay_s, self._send, i)
         if self._finished_calls == len(self.inst.calls):
             self.end_s = now
-            self.sim.steps_update(StepsUpdate(workflow_id=self.inst.workflow_id, namespace=self.inst.namespace, done=True))
+            self.sim.steps_update(StepsUpdate(workflow_id=self.inst.workflow_id, namespace=self.inst.namespace,
+                                              done=True))
             self.on_end(self)
 
     def _send(self, i: int) -> None:

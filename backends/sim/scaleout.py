@@ -69,7 +69,8 @@ class SimGateway:
         key = f"{hint.namespace}/{hint.workflow_id if self.routing == 'workflow' else hint.agent}"
         first = zlib.crc32(key.encode()) % len(self.workers)
         # A lost worker's keys move on to the next live worker, the others stay where they were.
-        return next(i % len(self.workers) for i in range(first, first + len(self.workers)) if self.alive[i % len(self.workers)])
+        n = len(self.workers)
+        return next(i % n for i in range(first, first + n) if self.alive[i % n])
 
     def submit(self, request: SimRequest) -> None:
         if self.routing == "round_robin":
@@ -160,4 +161,4 @@ def simulate_cluster(workload: Workload, hardware: HardwareProfile, model: Model
     events.run()
     return ClusterResult(routing, workers, device_tokens, sum(c.calls for c in clients), gateway.fixed_tokens,
                          gateway.fixed_hit_tokens, len(finished), len(clients), gateway.rerouted, events.now,
-                         sum(sim.cache.usage()["workflows"] for sim, ok in zip(sims, gateway.alive) if ok))
+                         sum(sim.cache.usage()["workflows"] for sim, ok in zip(sims, gateway.alive, strict=True) if ok))

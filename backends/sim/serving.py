@@ -25,7 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from backends.kvcache import UNHINTED, AgentRequest, CacheConfig, IntakeDecision, KVCache, MatchResult, Refused, Reservation
+from backends.kvcache import (UNHINTED, AgentRequest, CacheConfig, IntakeDecision, KVCache, MatchResult, Refused,
+                              Reservation)
 from backends.kvcache.hints import AgentRef
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 

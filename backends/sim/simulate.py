@@ -134,7 +134,8 @@ def simulate(
     after = sim.cache.stats.as_dict()
     stats = {k: after[k] - phase.stats_before[k] for k in after}
     requests = sum(c.calls for c in clients)
-    prompt_tokens = stats["device_hit_tokens"] + stats["prefetch_hit_tokens"] + stats["host_hit_tokens"] + stats["recomputed_tokens"]
+    prompt_tokens = sum(stats[k] for k in ("device_hit_tokens", "prefetch_hit_tokens", "host_hit_tokens",
+                                           "recomputed_tokens"))
     return SimResult(
         system.name, workload.name, dict(workload.labels),
         latency_s=sum(c.end_s - c.start_s for c in clients) / len(clients),

@@ -65,7 +65,8 @@ def cache_config_from_env(device_tokens: int, environ: dict[str, str] | None = N
     if not isinstance(options, dict):
         raise ValueError(f"{CONFIG_ENV} must be a JSON object of CacheConfig options")
     config = CacheConfig.from_options(options, device_tokens=device_tokens,
-                                      accepted=CacheConfig.option_names() - {"device_tokens"}, source=f" in {CONFIG_ENV}")
+                                      accepted=CacheConfig.option_names() - {"device_tokens"},
+                                      source=f" in {CONFIG_ENV}")
     if config.policy != POLICY_NAME:
         raise ValueError(f"KVFlowScheduler runs the kvflow policy only (stock vLLM is the lru baseline), "
                          f"got policy {config.policy!r}")

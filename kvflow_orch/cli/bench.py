@@ -73,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _common(rep, bundled)
     cal = sub.add_parser("calibrate", help="measure the embedded engine and write a hardware profile")
     cal.add_argument("--model", default="tiny-random", help="embedded engine model (tiny-random, smollm2-135m, DIR)")
-    cal.add_argument("--out", type=Path, default=None, help=f"profile to write (default {DEFAULT_OUT}/calibrated-<model>.json)")
+    cal.add_argument("--out", type=Path, default=None,
+                     help=f"profile to write (default {DEFAULT_OUT}/calibrated-<model>.json)")
     cal.add_argument("--compare", action="store_true",
                      help="also run the synthetic workflow on the engine and on the simulator and report the error")
     cal.add_argument("--agents", type=int, default=4)
@@ -145,8 +146,9 @@ def _scenarios(args: argparse.Namespace):
         for branches in args.branches or [1]:
             for output in args.output:
                 for fixed in args.fixed or [4096]:
-                    w = synthetic(fixed=fixed, dynamic=dynamic, output=output, branches=branches, n_agents=args.agents or 10,
-                                  rounds=args.rounds or (2 if concurrent else 10), instances=n, seed=args.seed)
+                    w = synthetic(fixed=fixed, dynamic=dynamic, output=output, branches=branches,
+                                  n_agents=args.agents or 10, rounds=args.rounds or (2 if concurrent else 10),
+                                  instances=n, seed=args.seed)
                     out.append(Scenario(args.workload, hw, model, w, args.device_tokens, args.host_tokens))
     return args.workload, out
 

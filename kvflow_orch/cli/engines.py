@@ -112,7 +112,8 @@ def _run_server(args: argparse.Namespace, sock: Any) -> int:
         return 2
     app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes)
     print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
-          f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead})", file=sys.stderr, flush=True)
+          f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead})",
+          file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
     try:
         server.run(sockets=[sock])

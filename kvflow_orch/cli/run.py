@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend", default="local", help="local, local:MODEL (smollm2-135m, tiny-random, DIR), http://HOST:PORT or smg+http://GATEWAY:PORT"
     )
-    parser.add_argument("--record", metavar="FILE", help="write every LLM call as JSON lines (see kvflow_orch.protocol.trace)")
+    parser.add_argument("--record", metavar="FILE",
+                        help="write every LLM call as JSON lines (see kvflow_orch.protocol.trace)")
     parser.add_argument("--workflow-id", help="workflow id sent in hints (default: NAME-<random>)")
     parser.add_argument("--namespace", help="namespace sent in hints (default: 'default')")
     parser.add_argument("--max-steps", type=int, default=100, help="node executions before the run is stopped")

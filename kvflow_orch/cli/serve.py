@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device KV pool capacity in tokens (default: the engine's)")
     parser.add_argument("--host-tokens", type=non_negative_int, default=None, metavar="M",
                         help="host KV pool capacity in tokens; 0 disables the host tier (default: the engine's)")
-    parser.add_argument("--policy", choices=policy_names(online=True), default="kvflow", help="eviction policy (default: kvflow)")
+    parser.add_argument("--policy", choices=policy_names(online=True), default="kvflow",
+                        help="eviction policy (default: kvflow)")
     parser.add_argument("--no-prefetch", action="store_true", help="do not prefetch host KV ahead of use")
     parser.add_argument("--prefetch-lookahead", type=non_negative_int, default=None, metavar="N",
                         help="prefetch agents whose (expected) steps-to-execution are <= N (default: 1). Learned "

@@ -119,7 +119,7 @@ class GatewayClient(HttpClient):
     async def _worker_info(self, url: str) -> InfoAnswer:
         try:
             response = await self._http.get(url + INFO_ROUTE)
-        except Exception:  # noqa: BLE001 - a worker down at start-up is found again by the gateway
+        except Exception:  # a worker down at start-up is found again by the gateway
             return InfoAnswer(url, None)
         return InfoAnswer(url, response.status_code, json_object(response))
 

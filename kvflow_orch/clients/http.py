@@ -9,8 +9,9 @@ know is a :class:`BackendError` at the first call. Anything
 else (404, not JSON) means a plain OpenAI-compatible server: no hints, no updates, one warning.
 
 Connection failures and 502/503/504 are retried ``retries`` times with exponential backoff; then
-a :class:`BackendError` names the URL. A read timeout is not retried (the server got the request). A reply that is not a chat completion is a
-:class:`BackendError` too (the runtime adds the node's name).
+a :class:`BackendError` names the URL. A read timeout is not retried (the server got the request).
+A reply that is not a chat completion is a :class:`BackendError` too (the runtime adds the node's
+name).
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ class HttpClient(LLMClient):
         await self._probe()
         response = await self._post_chat(messages, sampling, hint)
         if response.status_code != 200:
-            raise BackendError(self.name, f"chat completion failed with HTTP {response.status_code}: {error_text(response)}")
+            raise BackendError(self.name,
+                               f"chat completion failed with HTTP {response.status_code}: {error_text(response)}")
         return parse_completion(response, self.name)
 
     async def _post_chat(self, messages: Messages, sampling: Sampling, hint: KVFlowHint | None,
@@ -170,7 +172,8 @@ class HttpClient(LLMClient):
                 if last or isinstance(exc, httpx.ReadTimeout):
                     raise BackendError(
                         self.name,
-                        f"{method} {path} failed after {attempt + 1} attempts: {type(exc).__name__}: {exc or 'no reply'}",
+                        f"{method} {path} failed after {attempt + 1} attempts: "
+                        f"{type(exc).__name__}: {exc or 'no reply'}",
                     ) from exc
             else:
                 if response.status_code not in _RETRY_STATUS or last:
@@ -187,7 +190,8 @@ class HttpClient(LLMClient):
     async def _post_steps(self, update: StepsUpdate) -> None:
         response = await self._http.post(STEPS_ROUTE, json=update.model_dump(mode="json"))
         if response.status_code >= 400:
-            raise BackendError(self.name, f"steps update rejected with HTTP {response.status_code}: {error_text(response)}")
+            raise BackendError(self.name,
+                               f"steps update rejected with HTTP {response.status_code}: {error_text(response)}")
 
     async def flush(self, timeout: float = 5.0) -> None:
         if self._outbox and not self._probed:
@@ -246,7 +250,8 @@ def parse_completion(response: httpx.Response, backend: str) -> LLMReply:
         )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         snippet = response.text[:200].replace("\n", " ")
-        raise BackendError(backend, f"reply is not a chat completion ({type(exc).__name__}: {exc}); body starts {snippet!r}") from None
+        raise BackendError(backend, f"reply is not a chat completion ({type(exc).__name__}: {exc}); "
+                                    f"body starts {snippet!r}") from None
 
 
 register_backend("http", HttpClient)

@@ -44,7 +44,7 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
     return my - b * mx, b
 
 
@@ -92,7 +92,8 @@ async def _cpu_of(engine, ids: Sequence[int], max_tokens: int, hint=None, fixed:
     return _CpuClock.now() - t
 
 
-def measure(model: str = "tiny-random", repeats: int = 3, context: int = 256) -> tuple[HardwareProfile, ModelProfile, dict[str, Any]]:
+def measure(model: str = "tiny-random", repeats: int = 3,
+            context: int = 256) -> tuple[HardwareProfile, ModelProfile, dict[str, Any]]:
     """Measure the engine; returns the fitted hardware profile, the model profile and raw figures
     (CPU seconds, see :class:`_CpuClock`). The decode step is timed at ``context`` tokens (the
     workloads' typical context); every figure is the best of ``repeats`` runs."""

@@ -91,9 +91,9 @@ def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_p
                    "--port", str(port), *serve_flags]
             procs.append(process_group.start(cmd, die_with_parent=True, stdout=log, stderr=log))
             urls.append(f"http://{HOST}:{port}")
-        for i, (url, proc) in enumerate(zip(urls, procs)):
-            _wait_until(lambda: httpx.get(url + "/health", timeout=2).status_code == 200, proc, f"worker {i} ({url})",
-                        deadline)
+        for i, (url, proc) in enumerate(zip(urls, procs, strict=True)):
+            _wait_until(lambda url=url: httpx.get(url + "/health", timeout=2).status_code == 200, proc,
+                        f"worker {i} ({url})", deadline)
         port = gateway_port or free_port()
         gateway = f"http://{HOST}:{port}"
         cmd = [smg, "launch", "--host", HOST, "--port", str(port), "--worker-urls", *urls,

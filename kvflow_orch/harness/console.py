@@ -41,7 +41,8 @@ class ProgressPrinter:
         else:
             r = event.record
             took = (r.end - r.start) if r else 0.0
-            detail = f" prompt {r.prompt_tokens} tok, cached {r.cached_tokens}, out {r.completion_tokens}" if r and r.llm_calls else ""
+            detail = (f" prompt {r.prompt_tokens} tok, cached {r.cached_tokens}, out {r.completion_tokens}"
+                      if r and r.llm_calls else "")
             line, style = f"[{at:7.2f}s] + {who} done in {took:.2f}s{detail}", "green"
         if self._console is not None:
             self._console.print(line, style=style)
@@ -89,7 +90,8 @@ def _steps_text(values: Sequence[int | None]) -> str:
 
 def agent_rows(summaries: Sequence[AgentSummary]) -> list[list[str]]:
     rows = [
-        [s.agent, str(s.calls), _steps_text(s.steps_sent), str(s.prompt_tokens), str(s.cached_tokens), str(s.recomputed_tokens), f"{s.seconds:.2f}"]
+        [s.agent, str(s.calls), _steps_text(s.steps_sent), str(s.prompt_tokens), str(s.cached_tokens),
+         str(s.recomputed_tokens), f"{s.seconds:.2f}"]
         for s in summaries
     ]
     total = [
@@ -104,7 +106,8 @@ def agent_rows(summaries: Sequence[AgentSummary]) -> list[list[str]]:
     return rows + [total]
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], stream: IO[str] | None = None, *, fancy: bool | None = None) -> None:
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], stream: IO[str] | None = None, *,
+                fancy: bool | None = None) -> None:
     stream = stream or sys.stdout
     if _is_tty(stream) if fancy is None else fancy:
         from rich.console import Console
@@ -120,6 +123,7 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]
     widths = [max([len(str(c)), *(len(str(r[i])) for r in rows)]) for i, c in enumerate(columns)]
     print(title, file=stream)
     for row in (list(columns), *rows):
-        cells = [str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths))]
+        cells = [str(v).ljust(w) if i == 0 else str(v).rjust(w)
+                 for i, (v, w) in enumerate(zip(row, widths, strict=True))]
         print("  ".join(cells).rstrip(), file=stream)
     stream.flush()

@@ -38,7 +38,8 @@ class EngineRun(NamedTuple):
     """Wall time of the workflow alone (engine start-up excluded)."""
 
 
-async def run_on_engine(workflow: Any, inputs: dict[str, Any], config: Any, *, on_event: Callable | None = None) -> EngineRun:
+async def run_on_engine(workflow: Any, inputs: dict[str, Any], config: Any, *,
+                        on_event: Callable | None = None) -> EngineRun:
     """Start an embedded engine from ``config``, run ``workflow`` on it once, stop the engine."""
     engine = Engine(config)
     await engine.start()

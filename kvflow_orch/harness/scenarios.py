@@ -111,7 +111,8 @@ def synthetic(*, n_agents: int = 10, branches: int = 1, **options: Any) -> Workl
     """The paper's single-workflow benchmark (``instances=1``) or its concurrent variant on
     :func:`synthetic_graph`; ``options`` (``fixed``, ``dynamic``, ``output``, ``rounds``,
     ``instances``, ``seed``) go to :func:`backends.sim.workloads.synthetic`."""
-    return with_stats(synthetic_workload(synthetic_graph(n_agents, branches), stage_agents(n_agents, branches), **options))
+    graph = synthetic_graph(n_agents, branches)
+    return with_stats(synthetic_workload(graph, stage_agents(n_agents, branches), **options))
 
 
 def concurrent(*, instances: int, fixed: int = 1024, dynamic: int = 256, output: int = 256,

@@ -6,6 +6,7 @@ on static ones."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import NamedTuple, Sequence
 
 from backends.sim.cost import CostModel
@@ -68,7 +69,7 @@ def check_targets(results: Sequence[ScenarioResult], wall_s: float | None = None
     for (fixed, branches), gains in sorted(by_key.items()):
         if len(gains) >= 2:
             outs = sorted(gains)
-            ok = all(gains[a] >= gains[b] for a, b in zip(outs, outs[1:]))
+            ok = all(gains[a] >= gains[b] for a, b in pairwise(outs))
             text = ", ".join(f"output {o}: {gains[o]:.3f}x" for o in outs)
             out.append(TargetCheck(f"gain over hicache shrinks with output ({fixed} b{branches})", ok, text))
     for sr in results:
@@ -79,7 +80,8 @@ def check_targets(results: Sequence[ScenarioResult], wall_s: float | None = None
             gap = _lat(sr, "kvflow") / _lat(sr, "infinite") - 1
             out.append(TargetCheck(f"kvflow within 10% of infinite: {sr.scenario.group} {config_label(sr)}",
                                    gap <= 0.10, f"gap {gap:+.1%} ({why})"))
-    gaps = [(_lat(sr, "kvflow") / _lat(sr, "belady") - 1, sr) for sr in results if {"kvflow", "belady"} <= set(sr.results)]
+    gaps = [(_lat(sr, "kvflow") / _lat(sr, "belady") - 1, sr)
+            for sr in results if {"kvflow", "belady"} <= set(sr.results)]
     if gaps:
         worst = max(gaps, key=lambda g: abs(g[0]))
         out.append(TargetCheck("belady gap reported (kvflow / belady - 1)", True,
@@ -199,7 +201,8 @@ def learned_bounds(results: Sequence[ScenarioResult]) -> list[str]:
             continue
         lr, run = mb["long"], mb["run"]
         lines.append(
-            f"Markov paging bound, {sr.scenario.group} {config_label(sr)} (pool of {mb['k']} agent prefixes, calls hit): "
+            f"Markov paging bound, {sr.scenario.group} {config_label(sr)} "
+            f"(pool of {mb['k']} agent prefixes, calls hit): "
             f"long run ({lr.calls} calls): LRU {lr.lru:.1%}, expected steps {lr.expected_steps:.1%}, best online "
             f"policy {lr.best_online:.1%}, Bélády {lr.belady:.1%} (gap {100 * (lr.belady - lr.best_online):.1f} points)"
             + (f"; this run's {run.calls}-call path: expected steps {run.expected_steps:.1%}, best online "

@@ -136,7 +136,7 @@ class Backend:
                 listing = httpx.get(gateway + "/workers", timeout=_PROBE_TIMEOUT_S, headers=self._headers,
                                     verify=tls_context())
                 workers = workers_from_listing(gateway, listing)
-            except Exception as exc:  # noqa: BLE001 - unreachable or no workers: no hints, one warning
+            except Exception as exc:  # unreachable or no workers: no hints, one warning
                 return workers_unknown(gateway, exc)
         probe = read_worker_infos(gateway, [_get_info(worker, self._headers) for worker in workers])
         if probe.kvflow:

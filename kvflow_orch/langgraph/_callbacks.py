@@ -54,7 +54,8 @@ def _guarded(method: _F) -> _F:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
-            warn_once(self._warned, "internal", f"kvflow tracking failed ({type(exc).__name__}: {exc}); steps may be stale")
+            warn_once(self._warned, "internal",
+                      f"kvflow tracking failed ({type(exc).__name__}: {exc}); steps may be stale")
             return None
 
     return guarded  # type: ignore[return-value]
@@ -324,7 +325,8 @@ def _parent_command(error: BaseException) -> Any:
     return Command() if command.graph == Command.PARENT else Command(goto=command.goto)
 
 
-def _decisions(routes: Routes | None, branch_outputs: list[tuple[str, Any]], outputs: Any) -> tuple[list[str], list[str]]:
+def _decisions(routes: Routes | None, branch_outputs: list[tuple[str, Any]],
+               outputs: Any) -> tuple[list[str], list[str]]:
     """(targets chosen, Send targets) of a finished node task."""
     goto: list[str] = []
     sends: list[str] = []

@@ -208,7 +208,7 @@ def compile_with_routes(
     cond: list[tuple[str, Any, Any]] = []
     undeclared: list[str] = []
     for node, routes in all_routes.items():
-        for (branch_name, ends), spec in zip(routes.branches, builder.branches[node].values()):
+        for (branch_name, ends), spec in zip(routes.branches, builder.branches[node].values(), strict=True):
             if ends is None:
                 undeclared.append(f"router {branch_name!r} of {node!r}")
             cond.append((node, spec.path.invoke, anywhere if ends is None else ends))

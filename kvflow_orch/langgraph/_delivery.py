@@ -152,7 +152,7 @@ class _Sender:
             for sink in self._sinks.values():
                 try:
                     self._loop.run_until_complete(sink.aclose())
-                except Exception as exc:  # noqa: BLE001 - closing connections only
+                except Exception as exc:  # closing connections only
                     log.warning("closing the steps router failed: %s", exc)
             self._loop.close()
 

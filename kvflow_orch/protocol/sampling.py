@@ -49,7 +49,8 @@ class Sampling:
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not isinstance(self.logit_bias, tuple):
-            object.__setattr__(self, "logit_bias", tuple(sorted((int(k), float(v)) for k, v in dict(self.logit_bias).items())))
+            bias = tuple(sorted((int(k), float(v)) for k, v in dict(self.logit_bias).items()))
+            object.__setattr__(self, "logit_bias", bias)
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0: no limit), got {self.top_k!r}")
         if not 0 <= self.min_p <= 1:

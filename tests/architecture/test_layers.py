@@ -224,7 +224,8 @@ def cli_misuses(path: Path, subcommands: set[str]) -> list[str]:
                 out.append(f"from {node.module} import {', '.join(a.name for a in node.names)}")
         elif isinstance(node, ast.Import):
             out += [f"import {a.name}" for a in node.names
-                    if _within(a.name, ("kvflow_orch.cli",)) and a.name.split(".")[2:3] not in ([], *[[s] for s in subcommands])]
+                    if _within(a.name, ("kvflow_orch.cli",))
+                    and a.name.split(".")[2:3] not in ([], *[[s] for s in subcommands])]
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id in package_names and node.attr not in {"main", *subcommands}:

@@ -5,8 +5,6 @@ kvflow scheduler on SmolLM2 (a 512-token pool of 32-token blocks, float32) where
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Iterator
 
 import pytest
@@ -14,10 +12,8 @@ import pytest
 from backends.local import Engine, EngineConfig
 from backends.server import create_app, serve_in_thread
 
-sys.path.insert(0, os.path.dirname(__file__))  # test folders are not packages
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "vllm"))
-from backends_under_test import Backend, InProcess, OverHTTP  # noqa: E402
-from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server  # noqa: E402
+from backends_under_test import Backend, InProcess, OverHTTP
+from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server
 
 CONFIG = EngineConfig.build(model="tiny-random", device_tokens=1024, host_tokens=4096, policy="kvflow", prefetch=True)
 

@@ -13,8 +13,6 @@ the scheduler carrying the two fields they read (the pool size and the dispatche
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
@@ -22,8 +20,7 @@ from typing import Any, Callable, Sequence
 from eviction_spec import Setup
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate, steps_as_json
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "sglang"))
-from sglang_rig import CacheRig, load_plugin  # noqa: E402
+from sglang_rig import CacheRig, load_plugin
 
 _SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 

@@ -7,7 +7,6 @@ tool loop run for real."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterator
 
 import pytest

@@ -13,8 +13,8 @@ from typing import Iterator
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm"))
-from framework_runs import SETUP, logged_answers, run_app, venv_python  # noqa: E402
-from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server  # noqa: E402
+from framework_runs import SETUP, logged_answers, run_app, venv_python
+from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500), pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON)]
 FLAGS = ["--device-tokens", "2048", "--block-size", "32", "--dtype", "float32",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.kvcache import CacheError, IntakeDecision, Refused, Reservation
+from backends.kvcache import UNHINTED, CacheError, IntakeDecision, Refused, Reservation
 from kvflow_orch.protocol import StepsUpdate
 
 from kvcache_helpers import put
@@ -12,7 +12,7 @@ from kvcache_helpers import put
 PROMPT = list(range(100, 120))  # 20 tokens
 
 
-def run(cache, prompt, outputs, intake=IntakeDecision(None)) -> Reservation:
+def run(cache, prompt, outputs, intake=UNHINTED) -> Reservation:
     """Reserve, 'compute' every position, release with the computed tokens."""
     r = cache.reserve(prompt, len(outputs))
     assert isinstance(r, Reservation)

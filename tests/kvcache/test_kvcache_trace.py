@@ -40,7 +40,7 @@ def recorded_run(config: CacheConfig, calls: int = 60, seed: int = 1):
     for i in range(calls):
         agent = rng.choices(names, WEIGHTS)[0]
         # expected steps as a learned tracker would send them: likelier agents nearer
-        steps = {n: round(1 + 10 / w, 2) for n, w in zip(names, WEIGHTS)}
+        steps = {n: round(1 + 10 / w, 2) for n, w in zip(names, WEIGHTS, strict=True)}
         steps[agent] = 0
         cache.apply_hint(KVFlowHint(workflow_id=f"w{i // 10}", namespace="ns", agent=agent, steps=steps))
         dynamic = [50_000 + 8 * i + k for k in range(8)]

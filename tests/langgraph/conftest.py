@@ -3,12 +3,9 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import sys
 import warnings
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))  # test folders are not packages: lg_apps
 
 # The runtime's recording server (a real HTTP server on 127.0.0.1) serves these tests too:
 # reuse its fixtures (`server`, `plain_server`) rather than a second copy.

@@ -10,12 +10,11 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
-from lg_apps import EXPECTED, in_call_order, software_company  # noqa: E402
-from server_helpers import start_server  # noqa: E402
+from lg_apps import EXPECTED, in_call_order, software_company
+from server_helpers import start_server
 
-from kvflow_orch.langgraph import handler_of, instrument  # noqa: E402
-from kvflow_orch.protocol import steps_as_json  # noqa: E402
+from kvflow_orch.langgraph import handler_of, instrument
+from kvflow_orch.protocol import steps_as_json
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import operator
 from typing import Annotated, TypedDict
 
-import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 from lg_apps import chat_model

@@ -103,7 +103,8 @@ def test_conditional_start_send_and_command(server, strict_tracking):
         ("reduce", {"plan": 1, "worker": 2, "reduce": 0}),
     ]
     assert updates_of(server, "fan")[-1] == {
-        "workflow_id": "fan", "namespace": "default", "steps": {"plan": INF, "worker": INF, "reduce": INF}, "done": True,
+        "workflow_id": "fan", "namespace": "default", "steps": {"plan": INF, "worker": INF, "reduce": INF},
+        "done": True,
     }
     assert handler_of(app).open_runs == 0
     handler_of(app).backend.close()
@@ -131,7 +132,8 @@ def test_interrupt_resume_keeps_the_workflow_and_non_llm_nodes_post(server, stri
     handler_of(app).backend.flush()
     paused = updates_of(server, "t-7")
     # review (non-LLM) started: the backend heard the steps no hint would carry
-    assert paused[0] == {"workflow_id": "t-7", "namespace": "default", "steps": {"draft": INF, "publish": 1}, "done": False}
+    assert paused[0] == {"workflow_id": "t-7", "namespace": "default", "steps": {"draft": INF, "publish": 1},
+                         "done": False}
     assert paused[-1]["done"] is True  # the backend may drop the workflow while a human decides
 
     app.invoke(Command(resume="yes"), config)
@@ -160,7 +162,8 @@ def test_retry_and_failure_tell_the_backend_done(server, strict_tracking):
         raise RuntimeError("node broken failed")
 
     g = StateGraph(State)
-    g.add_node("flaky", flaky, retry_policy=RetryPolicy(max_attempts=2, initial_interval=0.01, jitter=False, retry_on=ValueError))
+    g.add_node("flaky", flaky,
+               retry_policy=RetryPolicy(max_attempts=2, initial_interval=0.01, jitter=False, retry_on=ValueError))
     g.add_node("broken", broken)
     g.add_edge(START, "flaky")
     g.add_edge("flaky", "broken")

@@ -5,15 +5,12 @@ and runs its tool, and a streamed tool call reassembles to the call a plain requ
 from __future__ import annotations
 
 import json
-import os
-import sys
 from typing import Literal
 
 import pytest
 from pydantic import BaseModel, Field
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
-from server_helpers import start_server  # noqa: E402
+from server_helpers import start_server
 
 langchain_openai = pytest.importorskip("langchain_openai")
 
@@ -54,7 +51,8 @@ def test_with_structured_output_json_mode_returns_json(served):
 
 
 def test_with_structured_output_include_raw_has_the_tool_call(served):
-    out = chat_model(served).with_structured_output(Ticket, method="function_calling", include_raw=True).invoke("Ticket: crash on save")
+    model = chat_model(served).with_structured_output(Ticket, method="function_calling", include_raw=True)
+    out = model.invoke("Ticket: crash on save")
     assert out["parsing_error"] is None and isinstance(out["parsed"], Ticket)
     (call,) = out["raw"].tool_calls
     assert call["name"] == "Ticket" and call["id"].startswith("call_")

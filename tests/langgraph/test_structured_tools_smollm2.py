@@ -5,15 +5,12 @@ calling it instead of answering: stopping on time needs a bigger model.)"""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import pytest
 from pydantic import BaseModel, Field
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
-from server_helpers import start_server  # noqa: E402
+from server_helpers import start_server
 
 langchain_openai = pytest.importorskip("langchain_openai")
 

@@ -184,7 +184,7 @@ def test_nested_instrumented_graph_keeps_no_run_state_or_thread(server):
         assert outer.invoke({}) == {"x": 1}
     handler_of(outer).backend.flush()
     assert len(server.steps_updates()) >= 10
-    del inner, outer
+    inner = outer = None  # drop the graphs (the lambda still names `inner`)
     _wait_idle()
     gc.collect()
     kinds = {type(o).__name__ for o in gc.get_objects() if type(o).__name__ in ("SyncPregelLoop", "LiveWorkflow")}

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from process_tree import assert_stops, left_after, requires_proc, tree  # noqa: E402
+from process_tree import assert_stops, left_after, requires_proc, tree
 
-from kvflow_orch.harness.cluster import find_smg, free_port  # noqa: E402
+from kvflow_orch.harness.cluster import find_smg, free_port
 
 pytestmark = [requires_proc, pytest.mark.skipif(find_smg() is None, reason="smg is not installed: pip install 'kvflow[smg]'")]
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from process_tree import assert_stops, left_after, requires_proc, tree  # noqa: E402
+from process_tree import assert_stops, left_after, requires_proc, tree
 
-from backends.process_group import STOP_GRACE_S, start, stop  # noqa: E402
+from backends.process_group import STOP_GRACE_S, start, stop
 
 pytestmark = requires_proc
 ROOT = Path(__file__).resolve().parents[2]

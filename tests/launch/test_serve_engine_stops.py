@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from process_tree import assert_stops, requires_proc, tree, wait_healthy  # noqa: E402
+from process_tree import assert_stops, requires_proc, tree, wait_healthy
 
 pytestmark = requires_proc
 ROOT = Path(__file__).resolve().parents[2]

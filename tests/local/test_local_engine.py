@@ -35,7 +35,8 @@ def chat(engine: Engine, agent: str, question: str, max_tokens: int = 12, **hint
 
 
 def make_engine(**overrides) -> Engine:
-    return Engine(EngineConfig.build(**{"model": "tiny-random", "device_tokens": 4096, "host_tokens": 8192, **overrides}))
+    options = {"model": "tiny-random", "device_tokens": 4096, "host_tokens": 8192, **overrides}
+    return Engine(EngineConfig.build(**options))
 
 
 def wait_idle(engine: Engine, timeout: float = 10.0) -> dict:
@@ -142,7 +143,8 @@ async def test_concurrent_requests_match_their_sequential_outputs(engine):
     sequential = [(await engine.generate(r)).output_ids for r in requests]
     fresh = make_engine()
     try:
-        together = await asyncio.gather(*(fresh.generate(chat(fresh, a, f"Task number {i}.")) for i, a in enumerate(ROLES)))
+        together = await asyncio.gather(*(fresh.generate(chat(fresh, a, f"Task number {i}."))
+                                          for i, a in enumerate(ROLES)))
         assert [r.output_ids for r in together] == sequential
         assert_no_leak(fresh)
     finally:
@@ -230,7 +232,8 @@ async def test_failed_forward_fails_only_that_request_and_frees_slots(engine, mo
 async def test_seeded_sampling_is_reproducible(engine):
     def sampled(seed):
         req = chat(engine, "planner", "Be creative.", max_tokens=16)
-        return GenerateRequest(req.input_ids, SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, seed=seed, ignore_eos=True))
+        return GenerateRequest(req.input_ids, SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, seed=seed,
+                                                             ignore_eos=True))
 
     a, b, c = [await engine.generate(sampled(s)) for s in (7, 7, 8)]
     assert a.output_ids == b.output_ids
@@ -241,7 +244,8 @@ async def test_stop_string_truncates_text(engine):
     base = await engine.generate(chat(engine, "coder", "Say something.", max_tokens=30))
     stop = base.text[10:13]
     req = chat(engine, "coder", "Say something.", max_tokens=30)
-    stopped = await engine.generate(GenerateRequest(req.input_ids, SamplingParams(max_tokens=30, stop=(stop,), ignore_eos=True)))
+    sampling = SamplingParams(max_tokens=30, stop=(stop,), ignore_eos=True)
+    stopped = await engine.generate(GenerateRequest(req.input_ids, sampling))
     assert stopped.finish_reason == "stop"
     assert stopped.text == base.text[: base.text.find(stop)]
     assert_no_leak(engine)

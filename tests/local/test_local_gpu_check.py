@@ -40,7 +40,8 @@ def test_the_check_and_its_workloads_import_nothing_the_gpu_machine_lacks():
     tops = {m.split(".")[0] for m in mods}
     assert not tops & ABSENT_THERE, sorted(tops & ABSENT_THERE)
     heavy_ours = {m for m in mods if m.startswith(("kvflow_orch.cli", "kvflow_orch.harness.", "backends.server",
-                                                   "kvflow_orch.langgraph", "kvflow_orch.runtime", "kvflow_orch.clients"))}
+                                                   "kvflow_orch.langgraph", "kvflow_orch.runtime",
+                                                   "kvflow_orch.clients"))}
     heavy_ours -= {"kvflow_orch.harness.calibrate"}  # the roofline profile of a model config (sim profiles only)
     assert not heavy_ours, sorted(heavy_ours)
 
@@ -80,7 +81,10 @@ def test_decode_attention_matches_the_fused_kernel_with_padding_and_gqa():
     fused = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=mask,
                                                              enable_gqa=True)
     expected = fused.squeeze(2).reshape(b, heads * hd)
-    as_rows = lambda t: t.transpose(1, 2).reshape(b, length, kv_heads * hd)  # noqa: E731  (pool row layout)
+
+    def as_rows(t):  # the pool's row layout
+        return t.transpose(1, 2).reshape(b, length, kv_heads * hd)
+
     torch.testing.assert_close(decode_attention(q, as_rows(keys), as_rows(values), mask), expected,
                                rtol=1e-5, atol=1e-5)
 

@@ -79,7 +79,7 @@ async def test_logprobs_are_the_same_cold_and_on_a_cache_hit() -> None:
         assert cold.cached_tokens == 0 and hit.cached_tokens > 0
         assert hit.output_ids == cold.output_ids
         assert len(cold.logprobs) == len(cold.output_ids)
-        for a, b in zip(cold.logprobs, hit.logprobs):
+        for a, b in zip(cold.logprobs, hit.logprobs, strict=True):
             assert a.token_id == b.token_id and a.logprob == pytest.approx(b.logprob, abs=1e-5)
             assert [t for t, _ in a.top] == [t for t, _ in b.top]
             # greedy: the chosen token is the most likely one
@@ -117,7 +117,8 @@ async def test_unseeded_sampling_differs_per_process_and_from_small_explicit_see
         explicit = {(await first.generate(_sampled(first, seed=k))).output_ids for k in range(1, 4)}
         assert a.output_ids not in explicit
         # an explicit seed stays reproducible across engines
-        assert (await first.generate(_sampled(first, 9))).output_ids == (await second.generate(_sampled(second, 9))).output_ids
+        seeded = await first.generate(_sampled(first, 9))
+        assert seeded.output_ids == (await second.generate(_sampled(second, 9))).output_ids
     finally:
         first.close()
         second.close()

@@ -15,7 +15,8 @@ ROLE = {a: f"You are the {a}. Follow your written instructions exactly and keep 
 
 
 def request(tiny, agent, question="Do the next step.", **steps):
-    enc = tiny.tokenizer.encode_chat([{"role": "system", "content": ROLE[agent]}, {"role": "user", "content": question}], 1)
+    messages = [{"role": "system", "content": ROLE[agent]}, {"role": "user", "content": question}]
+    enc = tiny.tokenizer.encode_chat(messages, 1)
     hint = KVFlowHint(workflow_id="wf", agent=agent, steps=steps) if steps else None
     return GenerateRequest(enc.input_ids, SamplingParams(max_tokens=8, ignore_eos=True), hint=hint,
                            fixed_prefix_tokens=enc.fixed_prefix_tokens)

@@ -21,7 +21,8 @@ def test_byte_level_round_trip(tiny):
 
 def test_chat_template_is_chatml(tiny):
     text = tiny.tokenizer.render_chat([SYSTEM, {"role": "user", "content": "hi"}], add_generation_prompt=True)
-    assert text == f"<|im_start|>system\n{SYSTEM['content']}<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert text == (f"<|im_start|>system\n{SYSTEM['content']}<|im_end|>\n"
+                    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_fixed_prefix_ids_are_stable_across_requests(tiny):

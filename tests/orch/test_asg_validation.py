@@ -3,6 +3,7 @@ and the ASG read API reports what the builder declared."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Literal
 
 import pytest
@@ -20,7 +21,7 @@ def chain(*names: str, name: str = "wf") -> Workflow:
     for n in names:
         wf.add_node(n, fn)
     path = [START, *names, END]
-    for u, v in zip(path, path[1:]):
+    for u, v in pairwise(path):
         wf.add_edge(u, v)
     return wf
 

@@ -94,7 +94,8 @@ def test_kvflow_graph_prints_nodes_edges_and_initial_steps(tmp_path, attr):
     assert "qa -> pm" in out and "conditional  keys=['fix']" in out
     assert "and  join=0" in out
     steps = out.split("initial steps-to-execution:")[1].split()
-    assert dict(zip(steps[::2], steps[1::2])) == {"pm": "0", "coder_a": "1", "coder_b": "1", "merge": "2", "qa": "3"}
+    assert dict(zip(steps[::2], steps[1::2], strict=True)) == {"pm": "0", "coder_a": "1", "coder_b": "1", "merge": "2",
+                                                               "qa": "3"}
 
 
 def test_kvflow_graph_mermaid(tmp_path):

@@ -83,10 +83,11 @@ def reference_steps(names, plain, branches, joins, running, triggered, arrived):
     start_value = 0 if running[START] else INF
     cap = len(names) + 1
     value = {v: 0 for v in names}
-    while True:
-        def of(u):
-            return start_value if u == START else value[u]
 
+    def of(u):
+        return start_value if u == START else value[u]
+
+    while True:
         new = {}
         for v in names:
             if v in active:

@@ -1,14 +1,10 @@
 from __future__ import annotations
 
-import os
 import socket
-import sys
 
 import pytest
 
-# The test folders are not packages (tests/workflows would shadow the real `workflows`).
-sys.path.insert(0, os.path.dirname(__file__))
-from recording_server import Behaviour, RecordingServer  # noqa: E402
+from recording_server import Behaviour, RecordingServer
 
 
 @pytest.fixture

@@ -57,7 +57,8 @@ def fan_out_join(max_tokens: int = 8) -> Workflow:
     wf.add_edge("w1", "collect_1")
     wf.add_edge("w2", "collect_2")
     wf.add_edge(["collect_1", "collect_2"], "merge")
-    wf.add_agent("merge", system="Merge.", prompt=lambda s: " + ".join(sorted(s["parts"])), output="summary", max_tokens=max_tokens)
+    wf.add_agent("merge", system="Merge.", prompt=lambda s: " + ".join(sorted(s["parts"])), output="summary",
+                 max_tokens=max_tokens)
     wf.add_edge(START, "plan")
     return wf
 

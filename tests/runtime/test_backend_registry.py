@@ -66,7 +66,8 @@ def test_a_name_is_registered_once_and_has_no_colon() -> None:
 
 
 def test_what_no_backend_takes_names_the_known_backends() -> None:
-    with pytest.raises(ValueError, match=r"backend 'ftp://x' not understood.*known backend names: echo, http, https, local"):
+    with pytest.raises(ValueError,
+                       match=r"backend 'ftp://x' not understood.*known backend names: echo, http, https, local"):
         open_client("ftp://x")
     with pytest.raises(ValueError, match="backend of type object not understood"):
         open_client(object())

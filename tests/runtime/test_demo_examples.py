@@ -21,7 +21,8 @@ def _script(monkeypatch, name: str, *argv: str) -> None:
 
 
 def test_demo_on_tiny_random(capsys):
-    code = kvflow(["demo", "--model", "tiny-random", "--device-tokens", "16384", "--max-tokens", "4", "--fix-rounds", "1", "--plain"])
+    code = kvflow(["demo", "--model", "tiny-random", "--device-tokens", "16384", "--max-tokens", "4",
+                   "--fix-rounds", "1", "--plain"])
     out = capsys.readouterr().out
     assert code == 0
     for node in ("product_manager", "architect", "project_manager", "engineer", "qa"):
@@ -50,7 +51,8 @@ def test_quickstart_and_concurrent_examples(monkeypatch, capsys):
 
 
 def test_replay_example_outputs_match_across_policies(monkeypatch, capsys):
-    _script(monkeypatch, "metagpt_replay.py", "--model", "tiny-random", "--workflow", "peer", "--max-tokens", "4", "--rounds", "1")
+    _script(monkeypatch, "metagpt_replay.py", "--model", "tiny-random", "--workflow", "peer", "--max-tokens", "4",
+            "--rounds", "1")
     out = capsys.readouterr().out
     assert "greedy outputs identical under both policies: yes" in out
     assert "workflow time (s)" in out and "device_hit_tokens" in out

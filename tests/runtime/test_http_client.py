@@ -158,7 +158,8 @@ async def test_held_steps_of_namesake_workflows_in_two_namespaces_both_arrive(se
     client.send_steps(StepsUpdate(workflow_id="w9", namespace="tenant-a", steps={"a": 0}))
     client.send_steps(StepsUpdate(workflow_id="w9", namespace="tenant-b", steps={"a": 1}))
     await client.aclose()
-    assert sorted((u["namespace"], u["steps"]["a"]) for u in server.steps_updates()) == [("tenant-a", 0), ("tenant-b", 1)]
+    sent = sorted((u["namespace"], u["steps"]["a"]) for u in server.steps_updates())
+    assert sent == [("tenant-a", 0), ("tenant-b", 1)]
 
 
 def test_one_client_serves_blocking_runs_each_on_its_own_event_loop(server):

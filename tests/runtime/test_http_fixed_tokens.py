@@ -22,13 +22,14 @@ def test_kvflow_run_over_http_records_fixed_tokens(tmp_path) -> None:
         proc = subprocess.run(
             [sys.executable, "-m", "kvflow_orch.cli", "run", "cli_flow:workflow", "--input", '{"topic": "kv"}',
              "--backend", running.url, "--record", str(record), "--quiet"],
-            capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])},
+            capture_output=True, text=True, cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])},
             timeout=120,
         )
     assert proc.returncode == 0, proc.stderr
     calls = list(read_calls(record))
     assert [c.agent for c in calls] == ["writer", "editor"]
-    for call, system in zip(calls, ["You write.", "You edit."]):
+    for call, system in zip(calls, ["You write.", "You edit."], strict=True):
         expected = engine.tokenizer.encode_chat([{"role": "system", "content": system},
                                                  {"role": "user", "content": "x"}], fixed_messages=1)
         assert call.fixed_tokens == expected.fixed_prefix_tokens

@@ -86,7 +86,8 @@ def without_kvflow_routes(app):
 
     async def plain(scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith("/kvflow/"):
-            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.start", "status": 404,
+                        "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": b'{"detail": "Not Found"}'})
             return
         await app(scope, receive, send)
@@ -157,7 +158,8 @@ async def test_in_process_engine_gets_hints_and_done():
 
 
 def test_engine_config_backend():
-    result = run(review_loop(rounds=1), {"idea": "x"}, backend=EngineConfig.build(model="tiny-random", device_tokens=2048, host_tokens=0))
+    config = EngineConfig.build(model="tiny-random", device_tokens=2048, host_tokens=0)
+    result = run(review_loop(rounds=1), {"idea": "x"}, backend=config)
     assert len(result.calls) == 3 and all(c.prompt_tokens > 0 for c in result.calls)
 
 

@@ -92,7 +92,8 @@ async def test_backend_down_mid_workflow_names_node_and_url():
 async def test_garbage_reply_names_node_and_url():
     srv = RecordingServer(Behaviour(garbage=True)).start()
     try:
-        with pytest.raises(WorkflowError, match=rf"node 'a': LLM call failed: reply is not a chat completion.*{srv.url}"):
+        with pytest.raises(WorkflowError,
+                           match=rf"node 'a': LLM call failed: reply is not a chat completion.*{srv.url}"):
             await arun(chain(lambda s: END, ["b", END]), {}, backend=srv.url, workflow_id="w-garbage")
         assert _done_sent(srv, "w-garbage")
         _no_leftovers()
@@ -134,7 +135,8 @@ def test_max_steps_names_the_loop(server):
     wf.add_edge(START, "writer")
     wf.add_edge("writer", "judge")
     wf.add_conditional_edges("judge", lambda s: "again", {"again": "writer", "stop": END})
-    with pytest.raises(WorkflowError, match=r"exceeded max_steps=7.*loop that kept running: (writer -> judge|judge -> writer)"):
+    with pytest.raises(WorkflowError,
+                       match=r"exceeded max_steps=7.*loop that kept running: (writer -> judge|judge -> writer)"):
         run(wf, {}, backend=server.url, max_steps=7, workflow_id="w-spin")
     assert len(server.chats()) == 4
     assert _done_sent(server, "w-spin")

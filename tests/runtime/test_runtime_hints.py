@@ -17,7 +17,8 @@ def test_conditional_loop_hints_and_state(server):
     result = run(review_loop(), {"idea": "todo app"}, backend=server.url, workflow_id="wf-loop", namespace="app")
     assert result.workflow_id == "wf-loop"
     assert [(h["agent"], h["steps"]) for h in server.hints()] == LOOP_HINTS
-    assert all(h["workflow_id"] == "wf-loop" and h["namespace"] == "app" and h["fixed_prefix"] == 1 for h in server.hints())
+    assert all(h["workflow_id"] == "wf-loop" and h["namespace"] == "app" and h["fixed_prefix"] == 1
+               for h in server.hints())
     # the messages are [system (fixed), user (dynamic)]
     first = server.chats()[0]["messages"]
     assert first == [{"role": "system", "content": "You are a PM."}, {"role": "user", "content": "Idea: todo app"}]

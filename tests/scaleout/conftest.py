@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from contextlib import ExitStack
 from typing import Iterator
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))  # test folders are not packages
-from scaleout_helpers import Gateway, in_process_worker, require_smg, smg_gateway  # noqa: E402
+from scaleout_helpers import Gateway, in_process_worker, require_smg, smg_gateway
 
 
 @pytest.fixture(scope="module")

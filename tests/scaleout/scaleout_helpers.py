@@ -1,5 +1,6 @@
-"""Helpers of the scale-out tests: real kvflow workers (in-process servers with observers, or ``kvflow serve`` subprocesses) behind a
-real smg gateway, all on 127.0.0.1. The tests skip, naming the reason, where smg is not installed."""
+"""Helpers of the scale-out tests: real kvflow workers (in-process servers with observers, or
+``kvflow serve`` subprocesses) behind a real smg gateway, all on 127.0.0.1. The tests skip, naming
+the reason, where smg is not installed."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def smg_gateway(worker_urls: list[str], policy: str = "manual") -> Iterator[str]
             proc.wait()
 
 
-def wait_for(check, timeout_s: float = 10.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+def wait_for(check, timeout_s: float = 10.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

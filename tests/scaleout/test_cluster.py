@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from itertools import pairwise
 
 import httpx
 import pytest
@@ -28,7 +29,7 @@ def _pipeline(calls: int) -> Workflow:
         wf.add_agent(name, f"You are {name}. " * 30, "Go: {task}", output="task", max_tokens=2)
     wf.add_node("tool", lambda state: {"task": state["task"][:20]})
     chain = [START, *names[: calls // 2], "tool", *names[calls // 2:], END]
-    for a, b in zip(chain, chain[1:]):
+    for a, b in pairwise(chain):
         wf.add_edge(a, b)
     return wf
 
@@ -56,7 +57,8 @@ def test_cluster_prints_the_urls_serves_through_the_gateway_and_stops_cleanly() 
         assert lines[0].startswith("worker 0: http://127.0.0.1:") and lines[1].startswith("worker 1: http://127.0.0.1:")
         assert lines[2] == f"gateway: http://127.0.0.1:{port}"
         workers = [line.split(": ", 1)[1] for line in lines[:2]]
-        assert {httpx.get(w + "/kvflow/v1/info").json()["policy"] for w in workers} == {"lru"}  # serve flags reached both
+        # serve flags reached both
+        assert {httpx.get(w + "/kvflow/v1/info").json()["policy"] for w in workers} == {"lru"}
         chat = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60, json={
             "model": "tiny-random", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
         assert chat.status_code == 200 and chat.headers["x-smg-routed-worker-id"] in workers
@@ -75,7 +77,7 @@ def test_a_worker_lost_mid_run_loses_no_workflow_and_survivors_drain() -> None:
         calls = 0
         original = client.chat
 
-        async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        async def counted(*args, **kwargs):
             nonlocal calls
             reply = await original(*args, **kwargs)
             calls += 1

@@ -29,7 +29,7 @@ def _three_agents() -> Workflow:
     return wf
 
 
-def _by_url(gateway: Gateway, url: str):  # type: ignore[no-untyped-def]
+def _by_url(gateway: Gateway, url: str):
     return next(w for w in gateway.workers if w.url == url.rstrip("/"))
 
 
@@ -67,7 +67,8 @@ def test_steps_reach_the_serving_worker_and_done_reaches_every_worker(gateway: G
     serving = [w for w in gateway.workers if any(h.workflow_id == "wf-steps" for h in w.hints)]
     assert len(serving) == 1  # one routing key per workflow: one worker
     for worker in gateway.workers:
-        wait_for(lambda: any(u.done and u.workflow_id == "wf-steps" for u in worker.steps), 10, f"done at {worker.url}")
+        wait_for(lambda worker=worker: any(u.done and u.workflow_id == "wf-steps" for u in worker.steps), 10,
+                 f"done at {worker.url}")
         live = [u for u in worker.steps if u.workflow_id == "wf-steps" and not u.done]
         assert bool(live) == (worker is serving[0])  # steps only where the workflow runs
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
-import sys
 from collections import Counter
 
 import pytest
@@ -15,8 +13,7 @@ import pytest
 from kvflow_orch.langgraph import PlainServerWarning, handler_of, instrument
 from scaleout_helpers import Gateway
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "langgraph"))
-from lg_apps import EXPECTED, software_company  # noqa: E402
+from lg_apps import EXPECTED, software_company
 
 
 def _calls(gateway: Gateway, workflow_id: str) -> dict[str, list]:

@@ -3,6 +3,8 @@ round-robin, a lost worker's calls are served by the survivors, done empties eve
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from backends.sim import load_hardware, load_model
@@ -18,7 +20,7 @@ def _workload(companies: int = 8, workflows: int = 32, fixed: int = 600) -> Work
     agents = ["a", "b", "c", "d"]
     for name in agents:
         wf.add_agent(name, f"role {name}", "{x}", output="x")
-    for x, y in zip([START, *agents], [*agents, END]):
+    for x, y in pairwise([START, *agents, END]):
         wf.add_edge(x, y)
     asg = wf.compile()
     rng = random.Random(0)
@@ -29,11 +31,11 @@ def _workload(companies: int = 8, workflows: int = 32, fixed: int = 600) -> Work
 
 
 @pytest.fixture(scope="module")
-def profiles():  # type: ignore[no-untyped-def]
+def profiles():
     return load_hardware("h100-sxm"), load_model("llama-3.1-8b")
 
 
-def test_agent_routing_keeps_fixed_prompts_resident_better_than_round_robin(profiles) -> None:  # type: ignore[no-untyped-def]
+def test_agent_routing_keeps_fixed_prompts_resident_better_than_round_robin(profiles) -> None:
     workload = _workload()
     pool = workload.fixed_tokens_total // 4
     rr = simulate_cluster(workload, *profiles, workers=4, routing="round_robin", device_tokens=pool)
@@ -44,7 +46,7 @@ def test_agent_routing_keeps_fixed_prompts_resident_better_than_round_robin(prof
     assert agent.fixed_hit_ratio > 1.5 * rr.fixed_hit_ratio
 
 
-def test_a_worker_lost_mid_run_loses_no_workflow(profiles) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_lost_mid_run_loses_no_workflow(profiles) -> None:
     workload = _workload()
     pool = workload.fixed_tokens_total // 4
     result = simulate_cluster(workload, *profiles, workers=4, routing="workflow", device_tokens=pool,
@@ -58,6 +60,6 @@ def test_a_worker_lost_mid_run_loses_no_workflow(profiles) -> None:  # type: ign
     ({"workers": 2, "routing": "sticky"}, "routing must be one of"),
     ({"workers": 2, "routing": "agent", "fail": (2, 1.0)}, "fail names worker 2"),
 ])
-def test_bad_arguments_are_named(profiles, kwargs, message) -> None:  # type: ignore[no-untyped-def]
+def test_bad_arguments_are_named(profiles, kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         simulate_cluster(_workload(workflows=2), *profiles, device_tokens=4096, **kwargs)

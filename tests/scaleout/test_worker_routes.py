@@ -12,7 +12,7 @@ from scaleout_helpers import in_process_worker, wait_for
 
 
 @pytest.fixture(scope="module")
-def url():  # type: ignore[no-untyped-def]
+def url():
     with in_process_worker(device_tokens=2048) as worker:
         yield worker.url
 

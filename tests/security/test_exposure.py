@@ -98,5 +98,6 @@ def test_no_route_reveals_other_namespaces_prompts_or_workflow_ids() -> None:
         seen.append(client.post("/kvflow/v1/steps", json={"workflow_id": SECRETS["alpha"][0], "steps": {"x": -1}}).text)
         seen.append(client.post("/kvflow/v1/steps", json={"workflow_id": SECRETS["beta"][0], "done": True,
                                                           "namespace": "alpha"}).text)
-        leaked = [s for values in SECRETS.values() for s in (*values, "alpha", "beta") if any(s in text for text in seen)]
+        leaked = [s for values in SECRETS.values() for s in (*values, "alpha", "beta")
+                  if any(s in text for text in seen)]
         assert not leaked, leaked

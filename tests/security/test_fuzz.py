@@ -19,7 +19,9 @@ from kvflow_live import Live, integrity, live_server, wait_idle
 
 leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=True),
                  st.text(max_size=20))
-any_json = st.recursive(leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+any_json = st.recursive(leaf,
+                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                     max_size=3),
                         max_leaves=8)
 def mostly(valid: st.SearchStrategy[Any], *invalid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """Valid values nine times in ten, so requests get past validation often enough to reach the engine."""
@@ -32,7 +34,8 @@ steps = mostly(st.dictionaries(st.text(min_size=1, max_size=6), st.integers(0, 9
                st.dictionaries(st.text(max_size=6), st.integers(-3, 9) | any_json, max_size=4))
 hint = st.fixed_dictionaries({"workflow_id": name, "agent": name},
                              optional={"namespace": name, "steps": steps,
-                                       "fixed_prefix": mostly(st.integers(0, 2), st.integers(-2, 4)), "extra": any_json})
+                                       "fixed_prefix": mostly(st.integers(0, 2), st.integers(-2, 4)),
+                                       "extra": any_json})
 custom = mostly(st.fixed_dictionaries({"kvflow": hint}))
 max_tokens = mostly(st.integers(1, 6), st.integers(-3, 40))
 message = st.fixed_dictionaries({"role": mostly(st.sampled_from(["system", "user", "assistant"]), st.just("wizard")),
@@ -55,7 +58,8 @@ prompt = mostly(st.fixed_dictionaries({"text": st.text(min_size=1, max_size=60)}
                 st.fixed_dictionaries({"text": any_json, "input_ids": any_json}))
 generate_body = st.builds(
     lambda p, extra: {**(p if isinstance(p, dict) else {"text": p}), **extra},
-    mostly(prompt, st.just({})) | st.fixed_dictionaries({"input_ids": st.lists(st.integers(0, 258), min_size=1, max_size=20)}),
+    mostly(prompt, st.just({}))
+    | st.fixed_dictionaries({"input_ids": st.lists(st.integers(0, 258), min_size=1, max_size=20)}),
     st.fixed_dictionaries({"sampling_params": mostly(sampling_params)}, optional={"stream": mostly(st.booleans())}),
 )
 steps_body = st.fixed_dictionaries({"workflow_id": name}, optional={"namespace": name, "steps": steps,

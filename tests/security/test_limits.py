@@ -58,7 +58,8 @@ def test_steps_map_and_names_at_their_limits(client: httpx.Client) -> None:
     over = {**at_limit, "one-too-many": 0}
     _error(client.post("/kvflow/v1/steps", json={"workflow_id": "w-over", "steps": over}), 422, str(MAX_AGENTS))
     name = "n" * MAX_NAME_LEN
-    assert client.post("/kvflow/v1/steps", json={"workflow_id": name, "namespace": name, "steps": {name: 1}}).status_code == 200
+    body = {"workflow_id": name, "namespace": name, "steps": {name: 1}}
+    assert client.post("/kvflow/v1/steps", json=body).status_code == 200
     for field in ("workflow_id", "namespace"):
         body = {"workflow_id": "w", field: "n" * (MAX_NAME_LEN + 1)}
         _error(client.post("/kvflow/v1/steps", json=body), 422, field)

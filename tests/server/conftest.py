@@ -3,15 +3,12 @@ tests of a module, and an HTTP client for it."""
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Iterator
 
 import httpx
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))  # test folders are not packages
-from server_helpers import Served, start_server  # noqa: E402
+from server_helpers import Served, start_server
 
 
 @pytest.fixture(scope="module")

@@ -93,7 +93,8 @@ def test_a_damaged_smollm2_cache_says_which_folder_to_delete(capsys, tmp_path, m
 
 
 def _kvflow(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    path = os.pathsep.join([os.getcwd(), *(env or {}).pop("EXTRA_PATH", "").split(os.pathsep), os.environ.get("PYTHONPATH", "")])
+    extra = (env or {}).pop("EXTRA_PATH", "").split(os.pathsep)
+    path = os.pathsep.join([os.getcwd(), *extra, os.environ.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "kvflow_orch.cli", *argv], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, **(env or {}), "PYTHONPATH": path}, timeout=300)
 

@@ -42,8 +42,8 @@ def _listening_addresses(port: int) -> set[str]:
 def test_kvflow_serve_runs_binds_loopback_and_applies_flags() -> None:
     port = _free_port()
     cmd = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", "tiny-random", "--device-tokens", "1024",
-           "--host-tokens", "0", "--policy", "lru", "--no-prefetch", "--dtype", "bfloat16", "--prefetch-lookahead", "16",
-           "--port", str(port), "--api-key", "k"]
+           "--host-tokens", "0", "--policy", "lru", "--no-prefetch", "--dtype", "bfloat16",
+           "--prefetch-lookahead", "16", "--port", str(port), "--api-key", "k"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:

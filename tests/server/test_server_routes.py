@@ -77,7 +77,8 @@ def test_completions_text_and_token_ids(client: httpx.Client, served: Served) ->
 
 def test_generate_sglang_shape_with_hint_in_sampling_params(client: httpx.Client, served: Served) -> None:
     hint = KVFlowHint(workflow_id="wf-2", agent="coder", steps={"coder": 0}, fixed_prefix=10)
-    body = attach_hint({"text": "The quick brown fox jumps", "sampling_params": {"max_new_tokens": 5, "temperature": 0}},
+    body = attach_hint({"text": "The quick brown fox jumps",
+                        "sampling_params": {"max_new_tokens": 5, "temperature": 0}},
                        hint, route="generate")
     r = client.post("/generate", json=body)
     assert r.status_code == 200, r.text

@@ -57,7 +57,8 @@ def sse(client, path: str, body: dict) -> list[dict]:
 @pytest.mark.parametrize("temperature", [0, 1.0])
 def test_json_schema_reply_always_validates(client, max_tokens, temperature):
     choice = chat(client, max_tokens=max_tokens, temperature=temperature, seed=7,
-                  response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA, "strict": True}})
+                  response_format={"type": "json_schema",
+                                   "json_schema": {"name": "p", "schema": SCHEMA, "strict": True}})
     assert choice["finish_reason"] == "stop"
     assert valid(json.loads(choice["message"]["content"]))
 

@@ -8,14 +8,11 @@ lazily, so unmarked tests in this folder run anywhere.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))  # test folders are not packages
-from sglang_rig import SGLANG_MISSING, SKIP_REASON, CacheRig, load_plugin  # noqa: E402
+from sglang_rig import SGLANG_MISSING, SKIP_REASON, CacheRig, load_plugin
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

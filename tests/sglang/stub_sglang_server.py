@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from backends.sglang_kvflow.launcher import parse_args, plan_from_args
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "launch"))
-from engine_like import start_helpers  # noqa: E402
+from engine_like import start_helpers
 
 
 def main() -> int:

@@ -321,7 +321,8 @@ def test_ranks_fed_the_same_messages_at_different_wall_times_evict_identically(p
                 handle_steps(None, msg)
             else:
                 on_request_queued(None, msg)
-        state.intake.due(state.config.cache.prefetch_lookahead)  # what each scheduler iteration runs: expiry, then prefetch candidates
+        # what each scheduler iteration runs: expiry, then prefetch candidates
+        state.intake.due(state.config.cache.prefetch_lookahead)
         agents = [("app", a) for a in ("planner", "coder", "qa")]
         return ({ref: state.hints.steps(ref) for ref in agents}, state.hints.workflow_count,
                 sorted(agents, key=lambda ref: kvflow_key({ref}, state.hints, 0.0)))

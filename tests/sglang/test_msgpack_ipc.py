@@ -52,7 +52,8 @@ SCRIPT = textwrap.dedent('''
 
     def cross(custom_params, hook):
         ids = [5, 6, 7, 8]
-        obj = GenerateReqInput(input_ids=ids, rid="r", sampling_params={"max_new_tokens": 2, "custom_params": custom_params})
+        obj = GenerateReqInput(input_ids=ids, rid="r",
+                               sampling_params={"max_new_tokens": 2, "custom_params": custom_params})
         obj.normalize_batch_and_arguments()
         if hook:
             validate_generate_request(manager, obj)

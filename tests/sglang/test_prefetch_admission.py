@@ -102,7 +102,7 @@ def test_prefetch_then_ready_with_the_offloaded_kv(make_rig, state):
     m = _match(rig, FIXED)
     assert is_ready(rig.cache, m.last_device_node)
     loaded = rig.kv_rows(rig.cache.path_device_indices(m.last_device_node))
-    assert all((a == b).all() for a, b in zip(loaded, offloaded))
+    assert all((a == b).all() for a, b in zip(loaded, offloaded, strict=True))
     assert prefetch_step(rig.cache) == 0, "already on device: nothing more to load"
     rig.cache.sanity_check()
 

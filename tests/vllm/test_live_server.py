@@ -6,19 +6,15 @@ untagged prefixes in vLLM's own prefix cache, greedy output never depends on the
 from __future__ import annotations
 
 import json
-import os
-import sys
 import uuid
-from pathlib import Path
 from typing import Iterator, TypedDict
 
 import httpx
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server  # noqa: E402
+from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server
 
-from kvflow_orch.protocol import KVFlowHint, attach_hint  # noqa: E402
+from kvflow_orch.protocol import KVFlowHint, attach_hint
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON), pytest.mark.timeout(1200)]
 
@@ -47,7 +43,8 @@ def _system(words: int) -> str:
 
 
 def _chat(url: str, system: str, user: str, hint: KVFlowHint | None = None, max_tokens: int = 8) -> dict:
-    body = {"model": _model(url), "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+    body = {"model": _model(url),
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
             "max_tokens": max_tokens, "temperature": 0}
     if hint is not None:
         body = attach_hint(body, hint)
@@ -98,7 +95,8 @@ def test_bad_hints_and_steps_get_a_4xx_naming_the_field(url: str) -> None:
     body["kv_transfer_params"] = {"kvflow": {"agent": "a"}}
     r = httpx.post(url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60)
     assert r.status_code == 400 and "workflow_id" in r.json()["error"]["message"]
-    r = httpx.post(url + "/kvflow/v1/steps", json={"workflow_id": "w", "steps": {"a": "soon"}}, headers=AUTH, timeout=60)
+    r = httpx.post(url + "/kvflow/v1/steps", json={"workflow_id": "w", "steps": {"a": "soon"}}, headers=AUTH,
+                   timeout=60)
     assert r.status_code == 422 and "steps" in r.json()["error"]["message"]
     r = httpx.post(url + "/kvflow/v1/steps", content=b"{", headers=AUTH, timeout=60)
     assert r.status_code == 400
@@ -187,7 +185,8 @@ def test_an_instrumented_langgraph_app_drives_the_scheduler(url: str, monkeypatc
     graph.add_edge(START, "planner")
     graph.add_edge("planner", "coder")
     graph.add_edge("coder", "reviewer")
-    graph.add_conditional_edges("reviewer", lambda s: "fix" if s["rounds"] < 2 else "ship", {"fix": "coder", "ship": END})
+    graph.add_conditional_edges("reviewer", lambda s: "fix" if s["rounds"] < 2 else "ship",
+                                {"fix": "coder", "ship": END})
     app = instrument(graph.compile(), namespace="lg-vllm", backend_url=url)
     try:
         app.invoke({"rounds": 0}, {"metadata": {"kvflow_workflow_id": "lg-wf"}, "recursion_limit": 12})
@@ -225,7 +224,7 @@ def _runtime_client_hints_in_kv_transfer_params(url: str) -> None:
     sent: list[dict] = []
 
     class Recording(HttpClient):
-        async def _request(self, method: str, path: str, **kwargs):  # type: ignore[no-untyped-def]
+        async def _request(self, method: str, path: str, **kwargs):
             if path == "/v1/chat/completions":
                 sent.append(kwargs["json"])
             return await super()._request(method, path, **kwargs)

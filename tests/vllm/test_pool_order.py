@@ -5,13 +5,10 @@ scenarios as the brain and SGLang."""
 
 from __future__ import annotations
 
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from vllm_server import HAVE_VLLM, SKIP_REASON  # noqa: E402
+from vllm_server import HAVE_VLLM, SKIP_REASON
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON)]
 

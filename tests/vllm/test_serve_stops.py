@@ -15,8 +15,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "launch"))
-from process_tree import assert_stops, requires_proc, tree, wait_healthy  # noqa: E402
-from vllm_server import HAVE_VLLM, SKIP_REASON, START_TIMEOUT_S, free_port, export_smollm2, plain_env  # noqa: E402
+from process_tree import assert_stops, requires_proc, tree, wait_healthy
+from vllm_server import HAVE_VLLM, SKIP_REASON, START_TIMEOUT_S, free_port, export_smollm2, plain_env
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON), requires_proc,
               pytest.mark.timeout(1200)]

@@ -81,8 +81,8 @@ def test_plan_from_serve_arguments(model_dir: Path) -> None:
 
 
 def test_cli_refuses_a_builtin_model_name_with_a_clear_message() -> None:
-    out = subprocess.run([sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", "tiny-random"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model",
+                          "tiny-random"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "kvflow export-model tiny-random DIR" in out.stderr
 
 

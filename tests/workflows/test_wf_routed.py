@@ -66,17 +66,22 @@ def _lg_route(app, inputs):
     return [name for step in app.stream(inputs, stream_mode="updates") for name in step]
 
 
+def _targets(graph, node):
+    return {t for b in graph.branches_of(node) for t in b.targets}
+
+
 @pytest.mark.parametrize("kind", ["supervisor", "swarm"])
 def test_dsl_and_langgraph_variants_agree(kind):
     if kind == "supervisor":
-        wf, app = supervisor(workers=4, rounds=5, fixed=8, dynamic=2), supervisor_app(_fake_llm(), workers=4, rounds=5, fixed=8, dynamic=2)
+        shape = {"workers": 4, "rounds": 5, "fixed": 8, "dynamic": 2}
+        wf, app = supervisor(**shape), supervisor_app(_fake_llm(), **shape)
     else:
-        wf, app = swarm(agents=4, hops=6, fixed=8, dynamic=2), swarm_app(_fake_llm(), agents=4, hops=6, fixed=8, dynamic=2)
+        shape = {"agents": 4, "hops": 6, "fixed": 8, "dynamic": 2}
+        wf, app = swarm(**shape), swarm_app(_fake_llm(), **shape)
     dsl, lg = wf.compile(), compile_langgraph(app)
     assert set(dsl.nodes) == set(lg.nodes)
     for node in (START, *dsl.nodes):
-        targets = lambda g: {t for b in g.branches_of(node) for t in b.targets}
-        assert targets(dsl) == targets(lg), node
+        assert _targets(dsl, node) == _targets(lg, node), node
     stats = BranchStats()
     result = run(wf, {"task": "t"}, backend="local:tiny-random", branch_stats=stats)
     assert [r.node for r in result.trace] == _lg_route(app, {"task": "t"})

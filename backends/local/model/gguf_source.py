@@ -60,7 +60,8 @@ def _tokenizer(reader: Any) -> ChatTokenizer:
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     tokens, merges = _strings(reader, "tokenizer.ggml.tokens"), _strings(reader, "tokenizer.ggml.merges")
-    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[tuple(m.split(" ", 1)) for m in merges]))
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)},
+                               merges=[tuple(m.split(" ", 1)) for m in merges]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     types = reader.fields["tokenizer.ggml.token_type"]

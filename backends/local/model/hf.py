@@ -59,7 +59,10 @@ def _config_from_hf(raw: Mapping[str, Any], where: Path) -> ModelConfig:
 
 def _load_weights(path: Path) -> dict[str, torch.Tensor]:
     index = path / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
     state: dict[str, torch.Tensor] = {}
     for name in files:
         if not (path / name).is_file():

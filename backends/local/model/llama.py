@@ -73,7 +73,7 @@ def build_batch(
     tmax = max(len(t) for t in new_tokens)
     mask = torch.zeros(len(contexts), 1, tmax, lmax, dtype=torch.bool)
     ctx = torch.zeros(len(contexts), lmax, dtype=torch.long)
-    for b, (toks, slots) in enumerate(zip(new_tokens, contexts)):
+    for b, (toks, slots) in enumerate(zip(new_tokens, contexts, strict=True)):
         t, length = len(toks), len(slots)
         if t == 0 or t > length:
             raise ValueError(f"sequence {b}: {t} new tokens with a context of {length} slots")
@@ -88,7 +88,10 @@ def build_batch(
         causal = torch.ones(t, length, dtype=torch.bool).tril(diagonal=start)
         mask[b, 0, :t, :length] = causal
         mask[b, 0, t:, 0] = True  # padded query rows see one key so softmax stays finite
-    as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
+
+    def as_long(xs: list[int]) -> torch.Tensor:
+        return torch.tensor(xs, dtype=torch.long, device=device)
+
     return RaggedBatch(
         as_long(ids), as_long(pos), as_long(write), ctx.to(device), mask.to(device),
         as_long(scatter), as_long(last), len(contexts), tmax, decode and tmax == 1,
@@ -151,7 +154,9 @@ def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
 PREFILL_QUERY_BLOCK = 128
 
 
-def causal_blocks_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def causal_blocks_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+) -> torch.Tensor:
     """A prompt chunk's attention (one sequence: ``q`` ``[1, heads, T, hd]``, ``keys``/``values``
     ``[1, kv_heads, L, hd]`` whose last ``T`` rows are the chunk's own, ``mask`` ``[1, 1, T, L]`` causal)
     in blocks of ``PREFILL_QUERY_BLOCK`` queries, each against only the keys it can see: the CPU's fused
@@ -178,7 +183,9 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, nkv * hd, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(nh * hd, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, rope: Rotary, rb: RaggedBatch, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: Rotary, rb: RaggedBatch, kv: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
         cfg, n = self.cfg, x.shape[0]
         q = rope(self.q_proj(x).view(n, cfg.num_heads, cfg.head_dim), rb.positions)
         k = rope(self.k_proj(x).view(n, cfg.num_kv_heads, cfg.head_dim), rb.positions)
@@ -233,7 +240,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope, rb, kv):  # type: ignore[no-untyped-def]
+    def forward(self, x, rope, rb, kv):
         x = x + self.self_attn(self.input_layernorm(x), rope, rb, kv)
         return x + self.mlp(self.post_attention_layernorm(x))
 

@@ -21,8 +21,8 @@ from backends.local.model.hf import is_hf_dir, read_hf_dir, write_hf_dir
 from backends.local.model.llama import LlamaModel, ModelConfig, Rotary
 from backends.local.tokenizer import ChatTokenizer, byte_level_tokenizer
 
-__all__ = ["LoadedModel", "load_model", "read_source", "cache_dir", "smollm2_hf_dir", "BUILTIN_MODELS", "TINY_RANDOM_CONFIG",
-           "RANDOM_MODELS"]
+__all__ = ["LoadedModel", "load_model", "read_source", "cache_dir", "smollm2_hf_dir", "BUILTIN_MODELS",
+           "TINY_RANDOM_CONFIG", "RANDOM_MODELS"]
 
 BUILTIN_MODELS = ("smollm2-135m", "tiny-random")
 
@@ -112,9 +112,11 @@ def _tiny_random(seed: int) -> tuple[ModelConfig, dict[str, torch.Tensor], ChatT
             state[name] = torch.ones_like(ref)
         else:
             # unit-scale activations keep logits well separated, so greedy ties (and float-noise flips) are rare
-            state[name] = torch.randn(ref.shape, generator=gen) / (ref.shape[-1] ** 0.5 if ref.dim() == 2 and "embed" not in name else 1.0)
+            scale = ref.shape[-1] ** 0.5 if ref.dim() == 2 and "embed" not in name else 1.0
+            state[name] = torch.randn(ref.shape, generator=gen) / scale
     tok = byte_level_tokenizer()
-    return cfg, state, ChatTokenizer(tok, None, frozenset({tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")}))
+    stops = frozenset({tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")})
+    return cfg, state, ChatTokenizer(tok, None, stops)
 
 
 def read_source(source: str, seed: int = 0) -> tuple[ModelConfig, dict[str, torch.Tensor], ChatTokenizer]:
@@ -136,7 +138,9 @@ def read_source(source: str, seed: int = 0) -> tuple[ModelConfig, dict[str, torc
     raise ValueError(f"unknown model {source!r}: use one of {', '.join(BUILTIN_MODELS)} or a Hugging Face directory")
 
 
-def load_model(source: str, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", seed: int = 0) -> LoadedModel:
+def load_model(
+    source: str, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", seed: int = 0,
+) -> LoadedModel:
     """Build the model named by ``source`` (a built-in name, a :data:`RANDOM_MODELS` name or a HF
     directory) on ``device`` in ``dtype``."""
     if source in RANDOM_MODELS:
@@ -149,7 +153,8 @@ def load_model(source: str, *, dtype: torch.dtype = torch.float32, device: str |
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     missing = [m for m in missing if not (cfg.tie_embeddings and m == "lm_head.weight")]
     if missing or unexpected:
-        raise ValueError(f"{source}: weights do not match the config (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        raise ValueError(f"{source}: weights do not match the config "
+                         f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
     if cfg.tie_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     model.rope = None  # built on meta above; rebuilt after the cast so cos/sin stay float32 in any dtype

@@ -17,9 +17,9 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
-from crewai import LLM, Agent, Crew, Process, Task  # noqa: E402
+from crewai import LLM, Agent, Crew, Process, Task
 
-from app_args import app_parser, served_model  # noqa: E402
+from app_args import app_parser, served_model
 
 
 def build(base_url: str, model_name: str, process: Process) -> Crew:
