@@ -2,7 +2,11 @@
 
     kvflow serve --model {smollm2-135m,tiny-random,DIR} --device-tokens N --host-tokens M
                  --policy POLICY [--no-prefetch] [--prefetch-lookahead N] [--port P] [--host H] [--api-key K]
-                 [--debug-routes] [--engine {local,sglang,vllm}] [SGLANG OR VLLM FLAGS...]
+                 [--debug-routes] [--no-learned-hints] [--engine {local,sglang,vllm}] [SGLANG OR VLLM FLAGS...]
+
+Requests that carry no kvflow hint get a learned one (agents, sessions and who follows whom,
+learned from the traffic: ``backends.learn``) unless ``--no-learned-hints``; a declared hint always
+wins. The embedded engine only, for now.
 
 The server binds 127.0.0.1 unless ``--host`` says otherwise. With ``--engine sglang`` (``vllm``) every
 flag this command does not know is handed to SGLang (vLLM) untouched, through
@@ -57,6 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="require 'Authorization: Bearer K' on every route but /health")
     parser.add_argument("--debug-routes", action="store_true",
                         help="mount /kvflow/v1/debug/* (cache integrity check, hint-table size); off by default")
+    parser.add_argument("--learned-hints", action=argparse.BooleanOptionalAction, default=None,
+                        help="learn agents, sessions and steps from requests that carry no kvflow hint and serve "
+                             "them with the learned hints; a declared hint always wins (default: on; the embedded "
+                             "engine only, for now)")
     parser.add_argument("--engine", choices=("local", "sglang", "vllm"), default="local",
                         help="local: the embedded torch engine; sglang: SGLang with the kvflow plugin; "
                              "vllm: vLLM with the kvflow scheduler and routes")
@@ -111,6 +119,10 @@ def main(args: argparse.Namespace) -> int:
               "the plugin's own option (SGLang: --radix-eviction-policy-config '{\"prefetch_lookahead\": N}')",
               file=sys.stderr)
         return 2
+    if args.engine != "local" and args.learned_hints:
+        print(f"kvflow serve: --learned-hints runs on the embedded engine only for now, not with --engine {args.engine}",
+              file=sys.stderr)
+        return 2
     if args.engine != "local" and args.dtype is not None:
         extra += ["--dtype", args.dtype]  # the engine's own flag, same meaning
     if args.engine == "sglang":
@@ -152,9 +164,15 @@ def _serve_local(args: argparse.Namespace, sock: Any) -> int:
               f"request ({minimum} tokens with {args.model}'s chat template); use at least {minimum}, and "
               "thousands to keep agents' prompts cached", file=sys.stderr)
         return 2
-    app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes)
+    learner = None
+    if args.learned_hints is not False:
+        from backends.learn import TrafficLearner
+
+        learner = TrafficLearner()
+    app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes, learner=learner)
     print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
-          f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead})", file=sys.stderr, flush=True)
+          f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead}, "
+          f"learned hints {'off' if learner is None else 'on'})", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
     try:
         server.run(sockets=[sock])
