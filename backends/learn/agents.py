@@ -87,10 +87,10 @@ class AgentRegistry:
         if not scored:
             return None
         shared, best = max(scored, key=lambda st: st[0])
-        parts_from_others = max((common_prefix(best.stable, t.stable) for _, t in scored if t is not best), default=-1)
-        long_enough = shared * 2 >= len(best.stable) or shared >= self.min_shared_chars
-        if shared == 0 or shared <= parts_from_others or not long_enough:
+        if shared == 0 or not (shared * 2 >= len(best.stable) or shared >= self.min_shared_chars):
             return None
+        if any(common_prefix(best.stable, t.stable) >= shared for _, t in scored if t is not best):
+            return None  # what the lead shares does not tell ``best`` from another agent
         best.stable = best.stable[:shared]
         return best
 

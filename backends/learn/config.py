@@ -19,8 +19,9 @@ class LearnerConfig:
     """A session without a request for this long has ended."""
     max_agents: int = 4096
     """Agents (fingerprints) kept; the least recently seen is forgotten beyond it."""
-    max_agents_per_group: int = 64
-    """Agents kept per model and tool set (each request compares its lead with these)."""
+    max_agents_per_group: int = 16
+    """Agents kept per model and tool set: a request whose lead matches no agent exactly compares it
+    with each of them (a framework app has a handful per model and tool set)."""
     min_shared_chars: int = 256
     """A lead sharing this many characters with an agent's stable prefix joins it even when that is
     less than half of the prefix (see :mod:`.agents`)."""

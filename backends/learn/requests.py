@@ -1,6 +1,6 @@
 """What the learner reads of a plain OpenAI request: its leading part, its conversation, its session key.
 
-Reading never fails: a field of an unexpected shape reads as absent (the host validated the body
+Reading never fails: a field of an unexpected shape reads as absent (JSON objects are ``dict``) (the host validated the body
 already; the vLLM and SGLang hosts hand over the raw JSON), and a session key that is not a string
 or a number is reported as bad instead.
 
@@ -42,6 +42,8 @@ class RequestView(NamedTuple):
     """Canonical forms of the messages after the leading ones (chat); empty for completions."""
     texts: tuple[str, ...]
     """Texts where an earlier reply may be carried: every message after the lead, or the prompt."""
+    call_ids: tuple[str, ...]
+    """Ids of the tool calls its messages echo (assistant ``tool_calls``, tool ``tool_call_id``)."""
     session_key: bytes | None
     bad_key: bool
     """A session key field was present but of a type that cannot name a session."""
@@ -57,15 +59,18 @@ def digest(*parts: str | bytes) -> bytes:
 
 
 def read_chat(body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> RequestView:
-    messages = [m for m in _list(body.get("messages")) if isinstance(m, Mapping)]
+    messages = [m for m in _list(body.get("messages")) if isinstance(m, dict)]
     lead_count = 0
     while lead_count < len(messages) and messages[lead_count].get("role") in LEADING_ROLES:
         lead_count += 1
     lead = "\n\n".join(content_text(m.get("content")) for m in messages[:lead_count])
     rest = messages[lead_count:]
     key, bad = session_key(body, headers)
+    call_ids = [str(c.get("id")) for m in rest for c in _list(m.get("tool_calls")) if isinstance(c, dict) and c.get("id")]
+    call_ids += [str(m["tool_call_id"]) for m in rest if m.get("tool_call_id")]
     return RequestView(_model(body), lead, digest("chat", _tools_digest(body.get("tools"))),
-                       tuple(turn_of(m) for m in rest), tuple(content_text(m.get("content")) for m in rest), key, bad)
+                       tuple(turn_of(m) for m in rest), tuple(content_text(m.get("content")) for m in rest),
+                       tuple(dict.fromkeys(call_ids)), key, bad)
 
 
 def read_completion(body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> RequestView:
@@ -76,7 +81,7 @@ def read_completion(body: Mapping[str, Any], headers: Mapping[str, str] = {}) ->
         prompt = " ".join(str(t) for t in prompt if isinstance(t, int))  # token ids keep their order
     text = prompt if isinstance(prompt, str) else ""
     key, bad = session_key(body, headers)
-    return RequestView(_model(body), text, digest("completions"), (), (text,), key, bad)
+    return RequestView(_model(body), text, digest("completions"), (), (text,), (), key, bad)
 
 
 def session_key(body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[bytes | None, bool]:
@@ -103,7 +108,7 @@ def session_key(body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[by
 def _field(body: Mapping[str, Any], path: str) -> Any:
     node: Any = body
     for part in path.split("."):
-        if not isinstance(node, Mapping):
+        if not isinstance(node, dict):
             return None
         node = node.get(part)
     return node
@@ -122,7 +127,7 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return ""
 
 
@@ -131,8 +136,8 @@ def turn_of(message: Mapping[str, Any]) -> str:
     equal (``content`` None and "" alike; tool calls by id, name and arguments)."""
     calls = []
     for call in _list(message.get("tool_calls")):
-        if isinstance(call, Mapping):
-            fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        if isinstance(call, dict):
+            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
             calls.append([str(call.get("id", "")), str(fn.get("name", "")), str(fn.get("arguments", ""))])
     return json.dumps([str(message.get("role", "")), str(message.get("name") or ""), content_text(message.get("content")),
                        calls, str(message.get("tool_call_id") or "")], ensure_ascii=False, separators=(",", ":"))
@@ -142,8 +147,8 @@ def _tools_digest(tools: Any) -> bytes:
     """Tools' names and parameter schemas, in the order sent (descriptions are prose; they may vary)."""
     described = []
     for tool in _list(tools):
-        fn = tool.get("function") if isinstance(tool, Mapping) else None
-        if isinstance(fn, Mapping):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict):
             described.append([str(fn.get("name", "")), fn.get("parameters")])
     return digest(json.dumps(described, sort_keys=True, default=str, separators=(",", ":")))
 

@@ -89,7 +89,7 @@ class SessionTable:
             self._by_line.put(digest("line", line), session_id)
         for call_id in call_ids:
             if call_id:
-                self._by_line.put(digest("line", call_id), session_id)
+                self._by_line.put(digest("call", call_id), session_id)
 
     def expire(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
@@ -114,11 +114,11 @@ class SessionTable:
             if sid in self._sessions:
                 return sid
         votes: Counter[str] = Counter()
-        for text in view.texts:
-            for line in _lines(text)[-_LINES_PER_REQUEST:]:
-                sid = self._by_line.get(digest("line", line))
-                if sid in self._sessions:
-                    votes[sid] += 1
+        carried = [digest("line", line) for text in view.texts for line in _lines(text)][-_LINES_PER_REQUEST:]
+        for key in carried + [digest("call", c) for c in view.call_ids[-_LINES_PER_REQUEST:]]:
+            sid = self._by_line.get(key)
+            if sid in self._sessions:
+                votes[sid] += 1
         if votes:
             return max(votes, key=lambda s: (votes[s], self._sessions[s].last_seen))
         first = self._by_turns.get(prefixes[0]) if prefixes else None

@@ -17,6 +17,7 @@ and ``D = N N - N``, ``hit = N_av - [a = v]``: ``score_v(a) = (D_av N_vv - hit D
 from __future__ import annotations
 
 import math
+from operator import mul
 from typing import Mapping, Protocol
 
 __all__ = ["StepsModel", "chain_from_counts"]
@@ -38,7 +39,7 @@ def chain_from_counts(counts: Mapping[str, Mapping[str, float]], ends: Mapping[s
 
 
 class _Chain:
-    __slots__ = ("states", "_index", "_n", "_m", "_cache")
+    __slots__ = ("states", "_index", "_n", "_cols", "_m_diag", "_cache")
 
     def __init__(self, counts: Mapping[str, Mapping[str, float]], ends: Mapping[str, float], alpha: float) -> None:
         names = dict.fromkeys(counts)
@@ -54,8 +55,8 @@ class _Chain:
             for t, c in row.items():
                 a[u][self._index[t]] -= (c + alpha) / total
         self._n = _inverse(a)
-        cols = list(zip(*self._n))
-        self._m = [[sum(x * y for x, y in zip(r, c)) for c in cols] for r in self._n]
+        self._cols = list(zip(*self._n))
+        self._m_diag = [_dot(r, c) for r, c in zip(self._n, self._cols)]  # (N N)_vv; rows of N N on demand
         self._cache: dict[str, dict[str, float]] = {}
 
     def steps(self, current: str) -> dict[str, float]:
@@ -64,7 +65,8 @@ class _Chain:
         out = self._cache.get(current)
         if out is None:
             a = self._index[current]
-            na, ma = self._n[a], self._m[a]
+            na = self._n[a]
+            ma = [_dot(na, c) for c in self._cols]
             out = {}
             for v, name in enumerate(self.states):
                 nvv = self._n[v][v]
@@ -74,10 +76,14 @@ class _Chain:
                 elif hit <= 1e-12 * nvv:
                     out[name] = math.inf
                 else:
-                    dav, dvv = ma[v] - na[v], self._m[v][v] - nvv
+                    dav, dvv = ma[v] - na[v], self._m_diag[v] - nvv
                     out[name] = _round(max(1.0, (dav * nvv - hit * dvv) / (hit * hit)))
             self._cache[current] = out
         return dict(out)
+
+
+def _dot(x, y) -> float:
+    return sum(map(mul, x, y))
 
 
 def _round(x: float) -> float:
