@@ -13,11 +13,13 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 
 from backends.base import ServingEngine
+from backends.learn import TrafficLearner
 from backends.server.auth import APIKeyAuth
 from backends.server.debug import debug_router
 from backends.server.errors import install_error_handlers
 from backends.server.generate_routes import generate_router
 from backends.server.kvflow_routes import StepsObserver, kvflow_router
+from backends.server.learning import learned_router, learner_stats
 from backends.server.limits import BodySizeLimit, ServerLimits
 from backends.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 from backends.server.openai_routes import openai_router
@@ -39,6 +41,7 @@ def create_app(
     on_request: RequestObserver | None = None,
     on_steps: StepsObserver | None = None,
     debug_routes: bool = False,
+    learner: TrafficLearner | None = None,
 ) -> FastAPI:
     """Build the server app.
 
@@ -48,12 +51,15 @@ def create_app(
     ``on_request``/``on_steps``: in-process observers of accepted requests and steps updates
     (for tests and tracing; they must not block). ``debug_routes``: mount ``/kvflow/v1/debug/*``
     (integrity check, hint-table size; see :mod:`backends.server.debug`); off by default.
+    ``learner``: learn hints for requests that carry none (:mod:`backends.server.learning`); ``kvflow
+    serve`` passes one unless ``--no-learned-hints``.
     """
     ctx = ServerContext(
         engine=engine,
         limits=limits or ServerLimits(),
         model_names=frozenset({engine.model_name, *model_aliases}),
         observer=on_request,
+        learner=learner,
     )
 
     @asynccontextmanager
@@ -69,12 +75,13 @@ def create_app(
     app = FastAPI(title="kvflow", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     routers = [openai_router(ctx), responses_router(ctx), generate_router(ctx), kvflow_router(ctx, on_steps),
-               worker_router(ctx)]
+               worker_router(ctx), learned_router(ctx)]
     if debug_routes:
         routers.append(debug_router(ctx))
     for router in routers:
         app.include_router(router)
-    metrics = ServerMetrics(["/metrics", *(route.path for router in routers for route in router.routes)], engine.stats)
+    metrics = ServerMetrics(["/metrics", *(route.path for router in routers for route in router.routes)], engine.stats,
+                            learner_stats=lambda: learner_stats(ctx))
 
     @app.api_route("/metrics", methods=["GET", "HEAD"])
     async def metrics_route() -> Response:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from fastapi import APIRouter, Request
 
+from backends.server.learning import learner_stats
 from backends.server.serving import ServerContext, parse_body
 from kvflow_orch.protocol import CUSTOM_PARAMS, INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, StepsUpdate
 from kvflow_orch.protocol.wire import RESPONSES_HINT_LOCATIONS
@@ -38,7 +39,7 @@ def kvflow_router(ctx: ServerContext, steps_observer: StepsObserver | None = Non
 
     @router.api_route(STATS_ROUTE, methods=["GET", "HEAD"])
     async def stats() -> dict[str, Any]:
-        return ctx.engine.stats()
+        return {**ctx.engine.stats(), "learner": learner_stats(ctx)}
 
     @router.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, str]:

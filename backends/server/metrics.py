@@ -1,6 +1,6 @@
 """``/metrics`` in the Prometheus text format (0.0.4, written by ``prometheus_client``): per-route
 request counts and latencies recorded by :class:`MetricsMiddleware`, plus every numeric value of
-``engine.stats()``.
+``engine.stats()`` and of the traffic learner's counts (``kvflow_learner_<key>``).
 
 Each app has its own ``CollectorRegistry`` (:attr:`ServerMetrics.registry`), so two servers in one
 process never share series. Engine stats become ``kvflow_engine_<key>`` (nested keys joined by
@@ -34,9 +34,11 @@ class ServerMetrics:
     ``/metrics`` body."""
 
     def __init__(self, known_paths: Iterable[str] = (),
-                 engine_stats: Callable[[], Mapping[str, Any]] = dict) -> None:
+                 engine_stats: Callable[[], Mapping[str, Any]] = dict,
+                 learner_stats: Callable[[], Mapping[str, Any]] = dict) -> None:
         self.known_paths = frozenset(known_paths)
         self.engine_stats = engine_stats
+        self.learner_stats = learner_stats
         self._lock = threading.Lock()
         self._count: dict[tuple[str, str, int], int] = defaultdict(int)
         self._seconds: dict[tuple[str, str], float] = defaultdict(float)
@@ -81,6 +83,10 @@ class ServerMetrics:
         _flatten("kvflow_engine", self.engine_stats(), flat)
         for name, value in sorted(flat.items()):
             yield GaugeMetricFamily(name, "engine.stats() value.", value=value)
+        learned: dict[str, float] = {}
+        _flatten("kvflow_learner", self.learner_stats(), learned)
+        for name, value in sorted(learned.items()):
+            yield GaugeMetricFamily(name, "traffic learner count (/kvflow/v1/stats learner).", value=value)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -19,6 +19,7 @@ from backends.base import EncodedPrompt, GenerateRequest, StreamEvent
 from backends.server import openai_models as api
 from backends.server import tool_calls
 from backends.server.errors import APIError
+from backends.server.learning import learned_hint, learned_reply
 from backends.server.serving import (ServerContext, checked_encoding, complete_all, open_stream, parse_body,
                                      read_hint, sse_response)
 from kvflow_orch.protocol import KVFlowHint
@@ -112,6 +113,7 @@ def openai_router(ctx: ServerContext) -> APIRouter:
         body = await parse_body(request, api.ChatCompletionRequest)
         model = served_model(ctx, body.model)
         hint = read_hint({"custom_params": body.custom_params})
+        hint, learned = await learned_hint(request, ctx, "chat", hint)
         plan = tool_calls.plan_chat(body)
         encoded = encode_conversation(ctx, body.messages, hint, plan, "messages")
         field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
@@ -126,6 +128,7 @@ def openai_router(ctx: ServerContext) -> APIRouter:
                 for choice, result in zip(reply["choices"], results, strict=True):
                     choice["message"], choice["finish_reason"] = tool_calls.parse_reply(result.text,
                                                                                         result.finish_reason)
+            learned_reply(ctx, learned, reply["choices"][0]["message"])
             return JSONResponse(reply)
         role_sent = False
         calls = tool_calls.ToolCallStream() if plan.envelope else None
@@ -135,6 +138,10 @@ def openai_router(ctx: ServerContext) -> APIRouter:
             if not role_sent:
                 role_sent = True
                 yield api.chat_chunk(id_, model, {"role": "assistant", "content": ""})
+            if event.result is not None:
+                result = event.result
+                learned_reply(ctx, learned, tool_calls.parse_reply(result.text, result.finish_reason)[0]
+                              if plan.envelope else {"content": result.text})
             if calls is not None:
                 yield from _render_calls(id_, model, calls, event, body.wants_usage_chunk(), fixed_tokens)
                 return
@@ -154,6 +161,7 @@ def openai_router(ctx: ServerContext) -> APIRouter:
         model = served_model(ctx, body.model)
         hint = read_hint({"custom_params": body.custom_params})
         fixed = hint.fixed_prefix if hint is not None else None
+        hint, learned = await learned_hint(request, ctx, "completions", hint)
         encoded = ctx.encode_prompt(body.prompt, fixed, "prompt")
         greqs = _choices(ctx, "completions", body, engine_request(ctx, body, encoded, hint, COMPLETION_DEFAULT_MAX_TOKENS,
                                                             "max_tokens"))
@@ -161,6 +169,7 @@ def openai_router(ctx: ServerContext) -> APIRouter:
         id_ = api.completion_id("cmpl")
         if not body.stream:
             results = await complete_all(request, ctx, greqs, "prompt")
+            learned_reply(ctx, learned, {"content": results[0].text})
             return JSONResponse(api.text_completion(id_, model, results, decode, fixed_tokens))
         offset = 0
 
@@ -171,6 +180,7 @@ def openai_router(ctx: ServerContext) -> APIRouter:
                 yield api.text_chunk(id_, model, event.text_delta, logprobs=logprobs)
                 offset += len(event.text_delta)
             if event.result is not None:
+                learned_reply(ctx, learned, {"content": event.result.text})
                 yield api.text_chunk(id_, model, "", event.result.finish_reason)
                 if body.wants_usage_chunk():
                     yield api.usage_chunk(id_, "text_completion", model, event.result, fixed_tokens)

@@ -20,6 +20,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from backends.base import EncodedPrompt, GenerateRequest, GenerateResult, SamplingParams, ServingEngine, StreamEvent
+from backends.learn import TrafficLearner
 from backends.server.errors import APIError, ClientDisconnected, error_body, from_engine_error, from_validation_error
 from backends.server.limits import ServerLimits
 from kvflow_orch.protocol import HintError, KVFlowHint, extract_hint
@@ -42,6 +43,8 @@ class ServerContext:
     model_names: frozenset[str]
     """Names a request's ``model`` field may use (the engine's own name plus any aliases)."""
     observer: RequestObserver | None = None
+    learner: TrafficLearner | None = None
+    """Learns hints for unhinted chat and completion requests (:mod:`backends.server.learning`)."""
 
     def sampling(
         self, *, max_tokens: int | None, default_max_tokens: int, field: str, temperature: float,

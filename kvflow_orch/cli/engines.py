@@ -110,10 +110,15 @@ def _run_server(args: argparse.Namespace, sock: Any) -> int:
               f"request ({minimum} tokens with {args.model}'s chat template); use at least {minimum}, and "
               "thousands to keep agents' prompts cached", file=sys.stderr)
         return 2
-    app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes)
+    learner = None
+    if getattr(args, "learned_hints", False):
+        from backends.learn import TrafficLearner
+
+        learner = TrafficLearner()
+    app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes, learner=learner)
     print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
-          f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead})",
-          file=sys.stderr, flush=True)
+          f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead}, "
+          f"learned hints {'off' if learner is None else 'on'})", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
     try:
         server.run(sockets=[sock])

@@ -1,5 +1,9 @@
 """``kvflow graph MODULE:ATTR [--mermaid] [--stats FILE]``: print a workflow's Agent Step Graph.
 
+``kvflow graph --server URL [--mermaid] [--api-key K]``: print what a running ``kvflow serve``
+learned from plain traffic (``GET /kvflow/v1/learned``): its agents and who follows whom, with
+probabilities (:mod:`.learned_graph`).
+
 With ``--stats`` (a :class:`~kvflow_orch.BranchStats` file, as ``KVFLOW_BRANCH_STATS`` writes) the
 listing adds each router's learned probabilities and the expected steps-to-execution of the initial
 state next to the static ones.
@@ -30,13 +34,26 @@ class GraphSpecError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="MODULE:ATTR", help="e.g. workflows.metagpt:workflow")
+    parser.add_argument("target", metavar="MODULE:ATTR", nargs="?", help="e.g. workflows.metagpt:workflow")
+    parser.add_argument("--server", metavar="URL", default=None,
+                        help="instead of MODULE:ATTR: the agents and transitions a kvflow server learned")
+    parser.add_argument("--api-key", metavar="K", default=None, help="the server's API key (with --server)")
     parser.add_argument("--mermaid", action="store_true", help="print Mermaid flowchart text instead")
     parser.add_argument("--stats", metavar="FILE", default=None,
                         help="branch statistics file: also print learned probabilities and expected steps")
 
 
 def main(args: argparse.Namespace) -> int:
+    if (args.server is None) == (args.target is None):
+        print("kvflow graph: give MODULE:ATTR or --server URL (one of them)", file=sys.stderr)
+        return 2
+    if args.server is not None:
+        if args.stats:
+            print("kvflow graph: --stats applies to MODULE:ATTR, not to --server", file=sys.stderr)
+            return 2
+        from .learned_graph import print_learned
+
+        return print_learned(args.server, api_key=args.api_key, mermaid=args.mermaid)
     try:
         asg = load_graph(args.target)
     except GraphSpecError as exc:

@@ -2,7 +2,11 @@
 
     kvflow serve --model {smollm2-135m,tiny-random,DIR} --device-tokens N --host-tokens M
                  --policy POLICY [--no-prefetch] [--prefetch-lookahead N] [--port P] [--host H] [--api-key K]
-                 [--debug-routes] [--engine {local,sglang,vllm}] [SGLANG OR VLLM FLAGS...]
+                 [--debug-routes] [--no-learned-hints] [--engine {local,sglang,vllm}] [SGLANG OR VLLM FLAGS...]
+
+Requests that carry no kvflow hint get a learned one (agents, sessions and who follows whom,
+learned from the traffic: ``backends.learn``) unless ``--no-learned-hints``; a declared hint always
+wins. The embedded engine only, for now.
 
 The server binds 127.0.0.1 unless ``--host`` says otherwise. With ``--engine sglang`` (``vllm``) every
 flag this command does not know is handed to SGLang (vLLM) untouched, through
@@ -57,6 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="require 'Authorization: Bearer K' on every route but /health")
     parser.add_argument("--debug-routes", action="store_true",
                         help="mount /kvflow/v1/debug/* (cache integrity check, hint-table size); off by default")
+    parser.add_argument("--learned-hints", action=argparse.BooleanOptionalAction, default=False,
+                        help="learn agents, sessions and steps from requests that carry no kvflow hint and serve "
+                             "them with the learned hints; a declared hint always wins (default: off until the "
+                             "no-harm benchmark is measured, see README; the embedded engine only, for now)")
     parser.add_argument("--engine", choices=engine_names(), default="local",
                         help="; ".join(f"{name}: {get_engine(name).help}" for name in engine_names()))
 
@@ -72,6 +80,10 @@ def main(args: argparse.Namespace) -> int:
     if engine.external and args.prefetch_lookahead is not None:
         print(f"kvflow serve: --prefetch-lookahead sets the embedded engine's brain; with --engine {args.engine} pass "
               "the plugin's own option (SGLang: --radix-eviction-policy-config '{\"prefetch_lookahead\": N}')",
+              file=sys.stderr)
+        return 2
+    if engine.external and args.learned_hints:
+        print(f"kvflow serve: --learned-hints runs on the embedded engine only for now, not with --engine {args.engine}",
               file=sys.stderr)
         return 2
     if engine.external and args.dtype is not None:
