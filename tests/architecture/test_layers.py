@@ -342,10 +342,11 @@ def test_imports_sit_at_module_top_unless_an_optional_dependency_needs_them_lazy
     assert not offenders, "\n".join(offenders)
 
 
-def test_traffic_learner_loads_only_the_standard_library_the_contract_and_the_brain() -> None:
+def test_traffic_learner_loads_only_the_standard_library_the_contract_the_step_math_and_the_brain() -> None:
     mods = loaded_by("import backends.learn")
     stdlib = {m for m in tops(mods) if m in sys.stdlib_module_names or m.startswith("_sysconfigdata")}
     assert not tops(mods) - stdlib - PYDANTIC - {"kvflow_orch", "backends"}, sorted(tops(mods) - stdlib)
-    assert ours(mods, "kvflow_orch") - ours(mods, "kvflow_orch.protocol") == {"kvflow_orch"}
+    assert ours(mods, "kvflow_orch") - ours(mods, "kvflow_orch.protocol") - ours(mods, "kvflow_orch.stepmath") == {
+        "kvflow_orch"}
     for host in HOSTS:
         assert not ours(mods, host), f"the learner loaded {host}"

@@ -94,8 +94,9 @@ def test_ten_thousand_hostile_system_prompts_and_keys_stay_bounded() -> None:
 
 
 def test_the_step_seam_agrees_with_a_solve_per_target() -> None:
-    counts = {"a": {"b": 6, "c": 2}, "b": {"a": 5, "c": 1}, "c": {"a": 1}}
-    ends = {"a": 1, "b": 0, "c": 3}
+    # counts well past step math's thin-statistics guard (which would pool them to uniform)
+    counts = {"a": {"b": 600, "c": 200}, "b": {"a": 500, "c": 100}, "c": {"a": 100}}
+    ends = {"a": 100, "b": 0, "c": 300}
     alpha = 0.5
     model = chain_from_counts(counts, ends, alpha)
     states = list(model.states)
