@@ -10,7 +10,9 @@ its reviews in ``state["qa_rounds"]`` and sends the code back for ``fix_rounds``
 With ``backlog=True`` the company works through a list of ideas, one project after another, in one
 workflow: when QA ships a project and ideas remain, the ProductManager starts the next one. Every
 role's fixed prompt then recurs once per project, and the steps-to-execution say which role comes
-back first (the input is ``{"ideas": [...]}``).
+back first (the input is ``{"ideas": [...]}``; ``kvflow demo`` runs this variant)::
+
+    kvflow run workflows.metagpt:backlog_workflow --input '{"ideas": ["a todo app", "a unit converter"]}'
 
 State keys: ``idea`` (input), ``prd``, ``design``, ``plan``, ``code``, ``review``, ``qa_rounds``;
 with a backlog ``ideas`` (input) instead of ``idea``, and ``started`` (projects begun).
@@ -20,11 +22,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kvflow_orch import END, START, Workflow
+from kvflow_orch import END, START, Workflow, WorkflowError
 
 from .metagpt_roles import ARCHITECT, ENGINEER, PRODUCT_MANAGER, PROJECT_MANAGER, QA_ENGINEER
 
-__all__ = ["metagpt", "workflow", "ROLE_NODES"]
+__all__ = ["metagpt", "workflow", "backlog_workflow", "ROLE_NODES"]
 
 ROLE_NODES = ("product_manager", "architect", "project_manager", "engineer", "qa")
 
@@ -45,7 +47,10 @@ def _add_backlog_manager(wf: Workflow, max_tokens: int) -> None:
     @wf.agent(system=PRODUCT_MANAGER, max_tokens=max_tokens)
     async def product_manager(ctx: Any, state: Mapping[str, Any]) -> dict[str, Any]:
         started = state.get("started", 0)
-        prd = await ctx.llm(f"Idea: {state['ideas'][started]}")
+        ideas = state.get("ideas")
+        if not isinstance(ideas, list) or not ideas or not all(isinstance(i, str) for i in ideas):
+            raise WorkflowError(f"the backlog workflow's input needs 'ideas': a non-empty list of strings, got {ideas!r}")
+        prd = await ctx.llm(f"Idea: {ideas[started]}")
         return {"prd": prd, "started": started + 1, "qa_rounds": 0, "review": ""}
 
 
@@ -93,3 +98,6 @@ def metagpt(fix_rounds: int = 2, max_tokens: int = 256, *, backlog: bool = False
 
 #: ``kvflow graph workflows.metagpt:workflow``
 workflow = metagpt()
+
+#: ``kvflow run workflows.metagpt:backlog_workflow --input '{"ideas": ["a todo app", "a unit converter"]}'``
+backlog_workflow = metagpt(backlog=True)

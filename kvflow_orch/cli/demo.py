@@ -58,7 +58,8 @@ def main(args: argparse.Namespace) -> int:
     from backends.local import EngineConfig
 
     from ..errors import WorkflowError
-    from ..harness.demo import BASELINE, DEMO_IDEAS, EngineRun, backlog, device_tokens_for, role_prompt_tokens, run_on_engine
+    from ..harness.demo import (BASELINE, DEMO_IDEAS, EngineRun, backlog, check_device_tokens, device_tokens_for,
+                                 role_prompt_tokens, run_on_engine)
     from ..harness.demo_report import report
     from ..harness.progress import CallProgress
 
@@ -68,6 +69,7 @@ def main(args: argparse.Namespace) -> int:
         plan = backlog(ideas, args.fix_rounds, args.max_tokens)
         roles = role_prompt_tokens(plan.workflow, args.model)
         device = args.device_tokens or device_tokens_for(roles)
+        check_device_tokens(device, roles)
         configs = {name: EngineConfig.build(model=args.model, device_tokens=device, host_tokens=args.host_tokens,
                                             policy=policy, prefetch=prefetch, namespace_cap_tokens=device)
                    for name, (policy, prefetch) in plans}

@@ -24,7 +24,7 @@ from backends.local import Engine
 from ..runtime import arun
 
 __all__ = ["EngineRun", "run_on_engine", "compare_rows", "DEMO_IDEA", "DEMO_IDEAS", "STAT_KEYS", "BASELINE",
-           "POOL_SHARE", "DemoPlan", "backlog", "role_prompt_tokens", "device_tokens_for", "Bounds",
+           "POOL_SHARE", "DemoPlan", "backlog", "role_prompt_tokens", "device_tokens_for", "check_device_tokens", "Bounds",
            "replay_bounds", "Target", "demo_targets", "TARGET_SPEEDUP", "TARGET_FEWER_RECOMPUTED",
            "TARGET_BELADY_GAP"]
 
@@ -124,6 +124,8 @@ def backlog(ideas: Sequence[str], fix_rounds: int, max_tokens: int) -> DemoPlan:
 
     if not ideas:
         raise ValueError("the backlog needs at least one idea")
+    if any(not idea.strip() for idea in ideas):
+        raise ValueError("an idea must not be empty")
     workflow = metagpt(fix_rounds=fix_rounds, max_tokens=max_tokens, backlog=True)
     per_project = 3 + 2 * (fix_rounds + 1)  # three planning roles, then Engineer and QA per round
     return DemoPlan(workflow, {"ideas": list(ideas)}, per_project * len(ideas))
@@ -143,6 +145,14 @@ def role_prompt_tokens(workflow: Any, model: str) -> dict[str, int]:
 
 def device_tokens_for(role_tokens: dict[str, int], share: float = POOL_SHARE) -> int:
     return int(share * sum(role_tokens.values()))
+
+
+def check_device_tokens(device_tokens: int, role_tokens: dict[str, int]) -> None:
+    """Refuse a pool that cannot hold the largest role prompt (every call of that role would fail)."""
+    agent, largest = max(role_tokens.items(), key=lambda item: item[1])
+    if device_tokens <= largest:
+        raise ValueError(f"--device-tokens {device_tokens:,} cannot hold the {agent} role's fixed prompt of "
+                         f"{largest:,} tokens and a reply; give more than that")
 
 
 # ---- bounds and targets ---------------------------------------------------------------------

@@ -31,7 +31,7 @@ def write_timeline(runs: Mapping[str, Sequence[CallRecord]], path: Path, *, titl
             if call.agent not in agents:
                 agents.append(call.agent)
     end = max((c.offset_s + c.duration_s for calls in runs.values() for c in calls), default=1.0)
-    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 1.0 + 0.32 * len(agents) * len(runs)), sharex=True,
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 1.4 + 0.32 * len(agents) * len(runs)), sharex=True,
                              squeeze=False)
     for ax, (name, calls) in zip(axes[:, 0], runs.items()):
         for call in calls:
@@ -47,10 +47,10 @@ def write_timeline(runs: Mapping[str, Sequence[CallRecord]], path: Path, *, titl
     axes[-1, 0].set_xlabel("seconds since the workflow started", fontsize=8)
     fig.legend(handles=[Patch(color=_COLORS["miss"], label="prompt mostly recomputed"),
                         Patch(color=_COLORS["hit"], label="prompt mostly from cache")],
-               loc="upper right", fontsize=7, frameon=False, ncol=2)
+               loc="lower center", fontsize=7, frameon=False, ncol=2)
     if title:
         fig.suptitle(title, fontsize=9, x=0.01, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))  # room for the title above and the legend below
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     plt.close(fig)
