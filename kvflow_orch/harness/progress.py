@@ -17,8 +17,9 @@ __all__ = ["CallProgress"]
 
 
 class CallProgress:
-    """``on_event`` callback: ``label [#####.....] done/total calls  elapsed  recomputed N tok
-    (now: agent)``. ``total`` is the number of LLM calls the run will make (``None``: unknown)."""
+    """``on_event`` callback: ``label [#####.....] done/total calls  elapsed  N% of prompt tokens
+    from cache  (now: agent)``. ``total`` is the number of LLM calls the run will make (``None``:
+    unknown). The share is the backends' ``cached_tokens`` over ``prompt_tokens`` of the calls done."""
 
     WIDTH = 20
 
@@ -30,7 +31,8 @@ class CallProgress:
         self.live = bool(getattr(self.stream, "isatty", lambda: False)()) if live is None else live
         self.every_s = every_s
         self.calls = 0
-        self.recomputed = 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
         self.running: str | None = None
         self._t0: float | None = None  # the first event starts the clock (the engine is up by then)
         self._printed_at = 0.0
@@ -49,7 +51,8 @@ class CallProgress:
         if record is None or not record.llm_calls:
             return
         self.calls += record.llm_calls
-        self.recomputed += record.prompt_tokens - record.cached_tokens
+        self.prompt_tokens += record.prompt_tokens
+        self.cached_tokens += record.cached_tokens
         self.running = None
         self._show(final=False)
 
@@ -65,7 +68,8 @@ class CallProgress:
         else:
             bar = f"{self.calls} calls"
         now = f"  (now: {self.running})" if self.running else ""
-        return f"{self.label:<18} {bar}  {elapsed:6.1f} s  recomputed {self.recomputed:,} tokens{now}"
+        cached = f"{self.cached_tokens / self.prompt_tokens:4.0%}" if self.prompt_tokens else "   -"
+        return f"{self.label:<18} {bar}  {elapsed:6.1f} s  {cached} of prompt tokens from cache{now}"
 
     def _show(self, final: bool) -> None:
         text = self.line()

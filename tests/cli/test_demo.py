@@ -61,7 +61,7 @@ def test_demo_prints_a_live_progress_line_per_run(demo):
     _, out, _ = demo
     for label in ("baseline (lru)", "kvflow (kvflow)"):
         final = [line for line in out.splitlines() if line.startswith(label) and "21/21 calls" in line]
-        assert len(final) == 1 and "[####################]" in final[0] and "recomputed" in final[0]
+        assert len(final) == 1 and "[####################]" in final[0] and "of prompt tokens from cache" in final[0]
 
 
 def test_demo_bounds_come_from_replaying_the_same_calls(demo):
