@@ -4,7 +4,7 @@ the Bélády bound on those calls and the demo's targets. ``examples/metagpt_rep
 single runs under each policy with :func:`run_on_engine`.
 
 Why this configuration shows what kvflow buys on a CPU: with no host tier an evicted prompt is
-recomputed, and recomputing an 800-token role prompt costs a 135M model on two cores about a
+recomputed, and recomputing an 800-token role prompt costs a 135M model on two cores over a
 second, where a call that finds its prompt cached and writes a short reply takes a fraction of
 that. The device pool holds 90% of the five role prompts, so whenever a role runs another one's
 prompt must go: LRU drops the role that ran longest ago, which in a pipeline that comes round again

@@ -49,10 +49,13 @@ def report(runs: Mapping[str, EngineRun], labels: Mapping[str, str], device_toke
         print("\nTargets (this run, this machine):", file=stream)
         for target in demo_targets(baseline, kvflow, bounds, identical):
             print(f"  [{'ok' if target.ok else 'MISSED'}] {target.text}", file=stream)
-    timeline = write_timeline({labels[name]: run.result.calls for name, run in runs.items()}, out / TIMELINE_NAME,
-                              title=f"LLM calls per agent, device pool {device_tokens:,} tokens "
-                                    f"({prompt_tokens(kvflow):,} prompt tokens per run)")
-    print(f"\nTimeline of the calls per agent: {timeline}", file=stream)
+    try:
+        timeline = write_timeline({labels[name]: run.result.calls for name, run in runs.items()}, out / TIMELINE_NAME,
+                                  title=f"LLM calls per agent, device pool {device_tokens:,} tokens "
+                                        f"({prompt_tokens(kvflow):,} prompt tokens per run)")
+        print(f"\nTimeline of the calls per agent: {timeline}", file=stream)
+    except ImportError:  # matplotlib is the bench extra: a plain install still gets every figure above
+        print("\nNo timeline PNG: matplotlib is not installed (pip install 'kvflow[bench]')", file=stream)
     print(f"The kvflow run's calls: {calls_path} (kvflow bench replay {calls_path} replays them)", file=stream)
     return 0
 

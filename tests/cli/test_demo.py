@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import sys
 
 import pytest
 
@@ -107,6 +108,14 @@ def test_demo_without_baseline_runs_kvflow_alone(tmp_path, capsys):
     assert "5 LLM calls" in out and "baseline (lru)" not in out
     assert "greedy outputs identical" not in out and "Targets" not in out
     assert (tmp_path / "timeline.png").exists()
+
+
+def test_demo_without_matplotlib_prints_everything_but_the_png(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what `import matplotlib` meets without the bench extra
+    assert kvflow([*TINY, "--idea", "a calculator", "--fix-rounds", "0", "--no-baseline", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "No timeline PNG: matplotlib is not installed (pip install 'kvflow[bench]')" in out
+    assert "SIMULATED, not measured" in out and not (tmp_path / "timeline.png").exists()
 
 
 @pytest.mark.parametrize("flags, message", [
