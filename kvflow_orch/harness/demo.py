@@ -196,7 +196,7 @@ def demo_targets(baseline: EngineRun, kvflow: EngineRun, bounds: Bounds | None, 
     speedup = baseline.seconds / kvflow.seconds if kvflow.seconds else float("inf")
     base_re, kv_re = baseline.stats["recomputed_tokens"], kvflow.stats["recomputed_tokens"]
     fewer = 1 - kv_re / base_re if base_re else 0.0
-    out = [Target(speedup >= TARGET_SPEEDUP, f"wall time: kvflow {speedup:.2f}x faster than the baseline "
+    out = [Target(speedup >= TARGET_SPEEDUP, f"wall time: baseline / kvflow = {speedup:.2f}x "
                                             f"(target >= {TARGET_SPEEDUP:.2f}x)"),
            Target(fewer >= TARGET_FEWER_RECOMPUTED, f"recomputed prompt tokens: {fewer:.1%} fewer than the baseline "
                                                    f"(target >= {TARGET_FEWER_RECOMPUTED:.0%})")]
