@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from pathlib import Path
 
@@ -60,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     from ..errors import WorkflowError
     from ..harness.demo import (BASELINE, DEMO_IDEAS, EngineRun, backlog, check_device_tokens, device_tokens_for,
                                  role_prompt_tokens, run_on_engine)
-    from ..harness.demo_report import report
+    from ..harness.demo_report import print_intro, report, run_label
     from ..harness.progress import CallProgress
 
     ideas = args.idea or list(DEMO_IDEAS)
@@ -77,8 +76,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"kvflow demo: {exc}", file=sys.stderr)
         return 2
     fancy = False if args.plain else None
-    labels = {name: _label(name, config) for name, config in configs.items()}
-    _print_intro(args, ideas, plan.calls, roles, device)
+    labels = {name: run_label(name, config.cache) for name, config in configs.items()}
+    print_intro(args.model, len(ideas), args.fix_rounds, args.max_tokens, plan.calls, roles, device, args.host_tokens)
     runs: dict[str, EngineRun] = {}
     for name, config in configs.items():
         progress = CallProgress(labels[name], plan.calls, sys.stdout, live=None if fancy is None else False)
@@ -95,21 +94,3 @@ def main(args: argparse.Namespace) -> int:
             progress.close()
     return report(runs, labels, device, args.out, fancy=fancy)
 
-
-def _label(name: str, config) -> str:
-    cache = config.cache
-    extra = ", prefetch" if cache.prefetch and cache.has_host_tier else ""
-    return f"{name} ({cache.policy}{extra})"
-
-
-def _print_intro(args: argparse.Namespace, ideas: list[str], calls: int, roles: dict[str, int], device: int) -> None:
-    fixed = sum(roles.values())
-    host = "no host tier (an evicted prompt is recomputed)" if not args.host_tokens else \
-        f"a {args.host_tokens:,}-token host tier"
-    load = os.getloadavg()
-    print(f"kvflow demo: a MetaGPT-style software company ({len(roles)} roles, fixed prompts of "
-          f"{min(roles.values()):,}-{max(roles.values()):,} tokens) works through {len(ideas)} project(s) with "
-          f"{args.fix_rounds} fix round(s) each: {calls} LLM calls, replies of at most {args.max_tokens} tokens.")
-    print(f"Model {args.model} on the embedded engine, this machine ({os.cpu_count()} CPUs, load average "
-          f"{load[0]:.2f}). Device pool {device:,} tokens = {device / fixed:.0%} of the role prompts' {fixed:,}; "
-          f"{host}.\n", flush=True)

@@ -4,10 +4,12 @@ this run's figures, and the files it wrote (the PNG timeline, the recorded calls
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import IO, Mapping
 
+from backends.kvcache import CacheConfig
 from kvflow_orch.protocol import write_calls
 
 from .console import print_table
@@ -15,10 +17,30 @@ from .demo import EngineRun, compare_rows, demo_targets, prompt_tokens, replay_b
 from .projection import PROJECTED_SYSTEMS, project_trace
 from .timeline import write_timeline
 
-__all__ = ["report", "TIMELINE_NAME", "CALLS_NAME"]
+__all__ = ["report", "print_intro", "run_label", "TIMELINE_NAME", "CALLS_NAME"]
 
 TIMELINE_NAME = "timeline.png"
 CALLS_NAME = "kvflow-calls.jsonl"
+
+
+def run_label(name: str, cache: CacheConfig) -> str:
+    """``baseline (lru)``, ``kvflow (kvflow, prefetch)``: a run's name and what its cache does."""
+    extra = ", prefetch" if cache.prefetch and cache.has_host_tier else ""
+    return f"{name} ({cache.policy}{extra})"
+
+
+def print_intro(model: str, projects: int, fix_rounds: int, max_tokens: int, calls: int, roles: Mapping[str, int],
+                device_tokens: int, host_tokens: int, stream: IO[str] | None = None) -> None:
+    """What the demo is about to run, on what machine (CPUs and load: a wall time needs both)."""
+    stream = stream or sys.stdout
+    fixed = sum(roles.values())
+    host = f"a {host_tokens:,}-token host tier" if host_tokens else "no host tier (an evicted prompt is recomputed)"
+    print(f"kvflow demo: a MetaGPT-style software company ({len(roles)} roles, fixed prompts of "
+          f"{min(roles.values()):,}-{max(roles.values()):,} tokens) works through {projects} project(s) with "
+          f"{fix_rounds} fix round(s) each: {calls} LLM calls, replies of at most {max_tokens} tokens.", file=stream)
+    print(f"Model {model} on the embedded engine, this machine ({os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f}). Device pool {device_tokens:,} tokens = {device_tokens / fixed:.0%} of the role "
+          f"prompts' {fixed:,}; {host}.\n", file=stream, flush=True)
 
 
 def report(runs: Mapping[str, EngineRun], labels: Mapping[str, str], device_tokens: int, out: Path, *,
