@@ -1,8 +1,14 @@
 """The MetaGPT-style cyclic workflow under ``lru`` and ``kvflow`` on the embedded engine, side by side.
 
-    python examples/metagpt_replay.py                          # SmolLM2-135M, ~2-4 minutes on a CPU
+    python examples/metagpt_replay.py                          # the demo's backlog, SmolLM2-135M, ~3-5 minutes
     python examples/metagpt_replay.py --model tiny-random      # seconds; pools scaled for its byte tokens
+    python examples/metagpt_replay.py --workflow metagpt       # one project with a host tier
     python examples/metagpt_replay.py --workflow peer          # the 4-agent PEER cycle instead
+
+The default (``--workflow backlog``) is ``kvflow demo``'s workload repeated: the company works
+through three projects, with no host tier and a device pool of 90% of the five role prompts, so
+whatever is evicted is recomputed. LRU then drops the role that ran longest ago, which is the next
+to come back; kvflow drops the role with the most steps to go.
 
 The device pool is deliberately too small for every agent's fixed prompt, so the policies may differ
 in what they keep: LRU keeps what ran last, KVFlow keeps (and prefetches from the host tier) what
@@ -14,7 +20,7 @@ machine's load hits both): cache counters are deterministic and shown once (the 
 the repeats agree), wall times as the median with the min-max spread. One run's time on a shared
 CPU is noise (ratios of 1.48x, 1.25x and 0.97x were seen for three runs with identical counters).
 
-What to expect: MetaGPT's fix loop alternates two agents, and for a two-agent cycle "least recently
+What to expect from one project (``--workflow metagpt``): MetaGPT's fix loop alternates two agents, and for a two-agent cycle "least recently
 used" already is "needed furthest in the future", so the cache counters of the two policies coincide
 (only the one-shot agents of the first pass are evicted, by both). On a longer cycle (``--workflow
 peer``: four agents, a pool for about three of them) LRU evicts exactly the agent that runs next and
@@ -29,7 +35,8 @@ import statistics
 
 from backends.local import EngineConfig
 from kvflow_orch.harness.console import print_table
-from kvflow_orch.harness.demo import DEMO_IDEA, STAT_KEYS, run_on_engine
+from kvflow_orch.harness.demo import (DEMO_IDEA, DEMO_IDEAS, STAT_KEYS, backlog, device_tokens_for, role_prompt_tokens,
+                                    run_on_engine)
 from workflows.metagpt import metagpt
 from workflows.peer import peer
 
@@ -43,6 +50,9 @@ DEFAULT_DEVICE_TOKENS = {
 
 
 def build(name: str, rounds: int, max_tokens: int):
+    if name == "backlog":
+        plan = backlog(DEMO_IDEAS, rounds, max_tokens)
+        return plan.workflow, plan.inputs
     if name == "peer":
         question = "Is a 5% dividend yield sustainable for a utility with rising debt?"
         return peer(rounds + 1, max_tokens), {"question": question}
@@ -91,16 +101,23 @@ def _spread(seconds: list[float]) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workflow", choices=("metagpt", "peer"), default="metagpt")
+    parser.add_argument("--workflow", choices=("backlog", "metagpt", "peer"), default="backlog")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--device-tokens", type=int, default=None)
-    parser.add_argument("--host-tokens", type=int, default=32768)
-    parser.add_argument("--rounds", type=int, default=2, help="metagpt fix rounds / extra peer review rounds")
-    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--host-tokens", type=int, default=None, help="host pool (default 0 for backlog, else 32768)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="metagpt fix rounds per project / extra peer review rounds (default 1 for backlog, else 2)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="reply cap (default 8 for backlog, else 16)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per policy; times are their median (default 3)")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
-    device = args.device_tokens or DEFAULT_DEVICE_TOKENS.get((args.workflow, args.model), 2048)
-    asyncio.run(compare(args.workflow, args.model, device, args.host_tokens, args.rounds, args.max_tokens,
-                        args.repeats))
+    demo = args.workflow == "backlog"
+    host = args.host_tokens if args.host_tokens is not None else 0 if demo else 32768
+    rounds = args.rounds if args.rounds is not None else 1 if demo else 2
+    max_tokens = args.max_tokens if args.max_tokens is not None else 8 if demo else 16
+    if demo:
+        device = args.device_tokens or device_tokens_for(role_prompt_tokens(build("backlog", rounds, 1)[0], args.model))
+    else:
+        device = args.device_tokens or DEFAULT_DEVICE_TOKENS.get((args.workflow, args.model), 2048)
+    asyncio.run(compare(args.workflow, args.model, device, host, rounds, max_tokens, args.repeats))

@@ -7,18 +7,26 @@ its reviews in ``state["qa_rounds"]`` and sends the code back for ``fix_rounds``
 
     kvflow run workflows.metagpt:workflow --input '{"idea": "a command-line todo app"}'
 
-State keys: ``idea`` (input), ``prd``, ``design``, ``plan``, ``code``, ``review``, ``qa_rounds``.
+With ``backlog=True`` the company works through a list of ideas, one project after another, in one
+workflow: when QA ships a project and ideas remain, the ProductManager starts the next one. Every
+role's fixed prompt then recurs once per project, and the steps-to-execution say which role comes
+back first (the input is ``{"ideas": [...]}``; ``kvflow demo`` runs this variant)::
+
+    kvflow run workflows.metagpt:backlog_workflow --input '{"ideas": ["a todo app", "a unit converter"]}'
+
+State keys: ``idea`` (input), ``prd``, ``design``, ``plan``, ``code``, ``review``, ``qa_rounds``;
+with a backlog ``ideas`` (input) instead of ``idea``, and ``started`` (projects begun).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kvflow_orch import END, START, Workflow
+from kvflow_orch import END, START, Workflow, WorkflowError
 
 from .metagpt_roles import ARCHITECT, ENGINEER, PRODUCT_MANAGER, PROJECT_MANAGER, QA_ENGINEER
 
-__all__ = ["metagpt", "workflow", "ROLE_NODES"]
+__all__ = ["metagpt", "workflow", "backlog_workflow", "ROLE_NODES"]
 
 ROLE_NODES = ("product_manager", "architect", "project_manager", "engineer", "qa")
 
@@ -32,14 +40,33 @@ def _engineer_prompt(state: Mapping[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def metagpt(fix_rounds: int = 2, max_tokens: int = 256) -> Workflow:
-    """The workflow; the Engineer runs ``fix_rounds + 1`` times and QA as often."""
+def _add_backlog_manager(wf: Workflow, max_tokens: int) -> None:
+    """The ProductManager of a backlog: takes the next idea and starts its project afresh (no QA
+    rounds, no review: the Engineer writes new code)."""
+
+    @wf.agent(system=PRODUCT_MANAGER, max_tokens=max_tokens)
+    async def product_manager(ctx: Any, state: Mapping[str, Any]) -> dict[str, Any]:
+        started = state.get("started", 0)
+        ideas = state.get("ideas")
+        if not isinstance(ideas, list) or not ideas or not all(isinstance(i, str) for i in ideas):
+            raise WorkflowError(f"the backlog workflow's input needs 'ideas': a non-empty list of strings, got {ideas!r}")
+        prd = await ctx.llm(f"Idea: {ideas[started]}")
+        return {"prd": prd, "started": started + 1, "qa_rounds": 0, "review": ""}
+
+
+def metagpt(fix_rounds: int = 2, max_tokens: int = 256, *, backlog: bool = False) -> Workflow:
+    """The workflow; per project the Engineer runs ``fix_rounds + 1`` times and QA as often."""
     if not isinstance(fix_rounds, int) or fix_rounds < 0:
         raise ValueError(f"fix_rounds must be an integer >= 0, got {fix_rounds!r}")
-    wf = Workflow("metagpt")
-    wf.add_agent("product_manager", system=PRODUCT_MANAGER, prompt="Idea: {idea}", output="prd", max_tokens=max_tokens)
-    wf.add_agent("architect", system=ARCHITECT, prompt="Product requirement document:\n{prd}", output="design",
-                 max_tokens=max_tokens)
+    wf = Workflow("metagpt-backlog" if backlog else "metagpt")
+    if backlog:
+        _add_backlog_manager(wf, max_tokens)
+    else:
+        wf.add_agent("product_manager", system=PRODUCT_MANAGER, prompt="Idea: {idea}", output="prd",
+                     max_tokens=max_tokens)
+    wf.add_agent(
+        "architect", system=ARCHITECT, prompt="Product requirement document:\n{prd}", output="design", max_tokens=max_tokens
+    )
     wf.add_agent(
         "project_manager",
         system=PROJECT_MANAGER,
@@ -55,16 +82,22 @@ def metagpt(fix_rounds: int = 2, max_tokens: int = 256) -> Workflow:
         return {"review": review, "qa_rounds": state.get("qa_rounds", 0) + 1}
 
     def after_review(state: Mapping[str, Any]) -> str:
-        return "fix" if state["qa_rounds"] <= fix_rounds else "ship"
+        if state["qa_rounds"] <= fix_rounds:
+            return "fix"
+        return "next" if backlog and state["started"] < len(state["ideas"]) else "ship"
 
     wf.add_edge(START, "product_manager")
     wf.add_edge("product_manager", "architect")
     wf.add_edge("architect", "project_manager")
     wf.add_edge("project_manager", "engineer")
     wf.add_edge("engineer", "qa")
-    wf.add_conditional_edges("qa", after_review, {"fix": "engineer", "ship": END})
+    targets = {"fix": "engineer", "ship": END, **({"next": "product_manager"} if backlog else {})}
+    wf.add_conditional_edges("qa", after_review, targets)
     return wf
 
 
 #: ``kvflow graph workflows.metagpt:workflow``
 workflow = metagpt()
+
+#: ``kvflow run workflows.metagpt:backlog_workflow --input '{"ideas": ["a todo app", "a unit converter"]}'``
+backlog_workflow = metagpt(backlog=True)

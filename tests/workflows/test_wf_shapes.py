@@ -38,6 +38,20 @@ def test_metagpt_pipeline_then_fix_loop():
     assert t.done
 
 
+def test_metagpt_backlog_comes_back_to_the_product_manager():
+    t = metagpt(fix_rounds=0, backlog=True).compile().tracker()
+    for node in ("product_manager", "architect", "project_manager", "engineer"):
+        t.start(node)
+        t.finish(node)
+    t.start("qa")
+    # QA may ship the next project or send the code back: both are one step away, and the roles
+    # after the ProductManager follow in pipeline order (what kvflow keeps, LRU evicts first)
+    steps = t.steps()
+    assert (steps["product_manager"], steps["engineer"], steps["architect"], steps["project_manager"]) == (1, 1, 2, 3)
+    t.finish("qa", goto="product_manager")
+    assert t.steps()["product_manager"] == 0
+
+
 def test_peer_is_cyclic():
     t = peer().compile().tracker()
     for node in ("planner", "executor", "expresser", "reviewer"):
