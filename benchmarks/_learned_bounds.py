@@ -30,7 +30,8 @@ def a0_events(events: list, probs: Mapping[str, float]) -> list:
     def rewrite(steps: dict[str, float]) -> dict[str, float]:
         return {a: (1 / probs[a] if a in probs and 0 < v < math.inf else v) for a, v in steps.items()}
 
-    return [(kind, payload.model_copy(update={"steps": rewrite(payload.steps)}) if kind in ("hint", "steps") else payload)
+    return [(kind, payload.model_copy(update={"steps": rewrite(payload.steps)})
+             if kind in ("hint", "steps") else payload)
             for kind, payload in events]
 
 
@@ -49,7 +50,8 @@ def brain_bounds(recorders: Mapping[str, BrainRecorder], counters: Mapping[str, 
     out["belady"] = out["runs"][next(iter(recorders))]["belady"]
     out["a0"] = replay(a0_events(events, probs), config).stats.recomputed_tokens
     total = sum(len(r.prompt) + len(r.inserted or ()) for r in first.requests)
-    everything = CacheConfig(device_tokens=total + config.device_tokens, namespace_cap_tokens=total + config.device_tokens)
+    room = total + config.device_tokens
+    everything = CacheConfig(device_tokens=room, namespace_cap_tokens=room)
     out["floor"] = replay(events, everything).stats.recomputed_tokens
     out["faithful"] = all(r["engine"] == r["replay"] for r in out["runs"].values())
     return out

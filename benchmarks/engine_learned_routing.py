@@ -121,8 +121,8 @@ def main() -> int:
         print_brain_bounds(bounds)
         print_markov(markov)
     for host, ratio in ratios.items():
-        print(f"  {'PASS' if ratio <= 1 else 'FAIL'}  learned recomputes <= static, host tier {'on' if host else 'off'}: "
-              f"{ratio:.3f}x")
+        print(f"  {'PASS' if ratio <= 1 else 'FAIL'}  learned recomputes <= static, "
+              f"host tier {'on' if host else 'off'}: {ratio:.3f}x")
         verdict = "PASS" if ratio <= 0.8 else "FAIL"
         print(f"  {verdict}  recomputed tokens learned / static, host tier {'on' if host else 'off'}: {ratio:.3f}x")
         if host and bounds:

@@ -165,21 +165,25 @@ def main() -> int:
     agents = sorted({a for r in res.values() for a in r["cached"]})
     print(f"{'steps':<9} {'recomputed':>11} {'wall s':>7}   cached tokens per agent")
     for name, r in res.items():
-        print(f"{name:<9} {r['recomputed']:>11} {r['wall']:>7.1f}   " + ", ".join(f"{a} {r['cached'].get(a, 0)}" for a in agents))
+        cached = ", ".join(f"{a} {r['cached'].get(a, 0)}" for a in agents)
+        print(f"{name:<9} {r['recomputed']:>11} {r['wall']:>7.1f}   {cached}")
     same_requests = all(rec[n][0]["recomputed"] == res[n]["recomputed"] for n in res)
-    print(f"\nin-process recorded runs: static {rec['static'][0]['recomputed']}, learned {rec['learned'][0]['recomputed']} "
-          f"recomputed ({'the same as kvflow serve' if same_requests else 'DIFFERENT from kvflow serve'})")
+    print(f"\nin-process recorded runs: static {rec['static'][0]['recomputed']}, "
+          f"learned {rec['learned'][0]['recomputed']} recomputed "
+          f"({'the same as kvflow serve' if same_requests else 'DIFFERENT from kvflow serve'})")
     probs = routing(len(WEIGHTS), weights=WEIGHTS)["supervisor"]
-    bounds = brain_bounds({n: rec[n][1] for n in rec}, {n: rec[n][0]["recomputed"] for n in rec}, rec["static"][2], probs)
+    bounds = brain_bounds({n: rec[n][1] for n in rec}, {n: rec[n][0]["recomputed"] for n in rec},
+                          rec["static"][2], probs)
     print_brain_bounds(bounds)
     markov = markov_paging(res["static"]["path"], probs, "supervisor", int(args.pool))
     print_markov(markov)
-    ratio = res["learned"]["recomputed"] / max(1, res["static"]["recomputed"])
-    best = min(bounds["a0"], bounds["runs"]["learned"]["engine"]) / max(1, res["static"]["recomputed"])
+    static_recomputed = max(1, res["static"]["recomputed"])
+    ratio = res["learned"]["recomputed"] / static_recomputed
+    best = min(bounds["a0"], bounds["runs"]["learned"]["engine"]) / static_recomputed
     print(f"\n  {'PASS' if ratio <= 1 else 'FAIL'}  learned recomputes <= static: {ratio:.3f}x")
     print(f"  {'PASS' if ratio <= TARGET else 'FAIL'}  learned <= {TARGET}x static: {ratio:.3f}x; best online (A0) "
-          f"{bounds['a0'] / max(1, res['static']['recomputed']):.3f}x, belady {bounds['belady'] / max(1, res['static']['recomputed']):.3f}x, "
-          f"floor {bounds['floor'] / max(1, res['static']['recomputed']):.3f}x"
+          f"{bounds['a0'] / static_recomputed:.3f}x, belady {bounds['belady'] / static_recomputed:.3f}x, "
+          f"floor {bounds['floor'] / static_recomputed:.3f}x"
           + (f"  -> {TARGET}x is out of reach online here" if best > TARGET else ""))
     same = res["static"]["outputs"] == res["learned"]["outputs"]
     print(f"  {'PASS' if same else 'FAIL'}  same outputs with static and learned steps")
@@ -187,8 +191,8 @@ def main() -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(
-            {"args": {k: v for k, v in vars(args).items() if k != "out"}, "runs": {n: {k: v for k, v in r.items() if k != "outputs"}
-                                                                                  for n, r in res.items()},
+            {"args": {k: v for k, v in vars(args).items() if k != "out"},
+             "runs": {n: {k: v for k, v in r.items() if k != "outputs"} for n, r in res.items()},
              "bounds": {k: v for k, v in bounds.items()},
              "markov": {w: markov[w].__dict__ for w in ("own", "long")}}, indent=1, default=str))
     return 0

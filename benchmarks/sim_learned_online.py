@@ -99,10 +99,11 @@ def main() -> int:
                 for mode in MODES:
                     total = sum(learned[mode])
                     ratio = total / max(1, base["static"])
-                    per = [l / max(1, s) for l, s in zip(learned[mode], statics)]
+                    per = [cost / max(1, static) for cost, static in zip(learned[mode], statics, strict=True)]
                     worse = sum(x > 1 for x in per)
+                    static_total = max(1, base["static"])
                     line = (f"{name:<11} {label:<12} {mode:<12} {base['static']:>10} {total:>10} {ratio:>6.3f}x "
-                            f"{base['belady'] / max(1, base['static']):>6.3f}x {base['floor'] / max(1, base['static']):>6.3f}x"
+                            f"{base['belady'] / static_total:>6.3f}x {base['floor'] / static_total:>6.3f}x"
                             f"  {worse:>5}/{args.seeds:<5}  " + " ".join(f"{x:.3f}" for x in per))
                     print(line, flush=True)
                     lines.append(line)

@@ -20,9 +20,10 @@ machine's load hits both): cache counters are deterministic and shown once (the 
 the repeats agree), wall times as the median with the min-max spread. One run's time on a shared
 CPU is noise (ratios of 1.48x, 1.25x and 0.97x were seen for three runs with identical counters).
 
-What to expect from one project (``--workflow metagpt``): MetaGPT's fix loop alternates two agents, and for a two-agent cycle "least recently
-used" already is "needed furthest in the future", so the cache counters of the two policies coincide
-(only the one-shot agents of the first pass are evicted, by both). On a longer cycle (``--workflow
+What to expect from one project (``--workflow metagpt``): MetaGPT's fix loop alternates two
+agents, and for a two-agent cycle "least recently used" already is "needed furthest in the future",
+so the cache counters of the two policies coincide (only the one-shot agents of the first pass are
+evicted, by both). On a longer cycle (``--workflow
 peer``: four agents, a pool for about three of them) LRU evicts exactly the agent that runs next and
 KVFlow does not: compare the device-hit and recomputed counters.
 """
@@ -106,7 +107,8 @@ if __name__ == "__main__":
     parser.add_argument("--device-tokens", type=int, default=None)
     parser.add_argument("--host-tokens", type=int, default=None, help="host pool (default 0 for backlog, else 32768)")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="metagpt fix rounds per project / extra peer review rounds (default 1 for backlog, else 2)")
+                        help="metagpt fix rounds per project / extra peer review rounds "
+                             "(default 1 for backlog, else 2)")
     parser.add_argument("--max-tokens", type=int, default=None, help="reply cap (default 8 for backlog, else 16)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per policy; times are their median (default 3)")
     args = parser.parse_args()

@@ -49,7 +49,8 @@ def _add_backlog_manager(wf: Workflow, max_tokens: int) -> None:
         started = state.get("started", 0)
         ideas = state.get("ideas")
         if not isinstance(ideas, list) or not ideas or not all(isinstance(i, str) for i in ideas):
-            raise WorkflowError(f"the backlog workflow's input needs 'ideas': a non-empty list of strings, got {ideas!r}")
+            raise WorkflowError("the backlog workflow's input needs 'ideas': a non-empty list of strings, "
+                                f"got {ideas!r}")
         prd = await ctx.llm(f"Idea: {ideas[started]}")
         return {"prd": prd, "started": started + 1, "qa_rounds": 0, "review": ""}
 
@@ -65,7 +66,11 @@ def metagpt(fix_rounds: int = 2, max_tokens: int = 256, *, backlog: bool = False
         wf.add_agent("product_manager", system=PRODUCT_MANAGER, prompt="Idea: {idea}", output="prd",
                      max_tokens=max_tokens)
     wf.add_agent(
-        "architect", system=ARCHITECT, prompt="Product requirement document:\n{prd}", output="design", max_tokens=max_tokens
+        "architect",
+        system=ARCHITECT,
+        prompt="Product requirement document:\n{prd}",
+        output="design",
+        max_tokens=max_tokens,
     )
     wf.add_agent(
         "project_manager",

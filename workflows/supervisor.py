@@ -36,14 +36,15 @@ def worker_names(workers: int) -> list[str]:
     return [f"worker_{i}" for i in range(workers)]
 
 
-def routing(workers: int = 8, zipf_s: float = 1.2, weights: Sequence[float] | None = None) -> dict[str, dict[str, float]]:
+def routing(workers: int = 8, zipf_s: float = 1.2,
+            weights: Sequence[float] | None = None) -> dict[str, dict[str, float]]:
     """Router -> target -> weight of the worker choice (END comes after ``rounds`` decisions):
     Zipf(``zipf_s``), or ``weights`` (one per worker, normalised) when given."""
     if weights is not None:
         if len(weights) != workers or any(w < 0 for w in weights) or sum(weights) <= 0:
             raise ValueError(f"weights must be {workers} non-negative numbers with a positive sum, got {weights!r}")
-        return {"supervisor": {n: w / sum(weights) for n, w in zip(worker_names(workers), weights)}}
-    return {"supervisor": dict(zip(worker_names(workers), zipf_weights(workers, zipf_s)))}
+        return {"supervisor": {n: w / sum(weights) for n, w in zip(worker_names(workers), weights, strict=True)}}
+    return {"supervisor": dict(zip(worker_names(workers), zipf_weights(workers, zipf_s), strict=True))}
 
 
 def _check(workers: int, rounds: int) -> None:

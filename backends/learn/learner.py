@@ -32,7 +32,7 @@ from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 from .agents import AgentRegistry
 from .config import LearnerConfig
-from .requests import RequestView, read_chat, read_completion, turn_of
+from .requests import read_chat, read_completion, turn_of
 from .sessions import SessionTable
 from .transitions import TransitionModel
 

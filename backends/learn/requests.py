@@ -1,8 +1,8 @@
 """What the learner reads of a plain OpenAI request: its leading part, its conversation, its session key.
 
-Reading never fails: a field of an unexpected shape reads as absent (JSON objects are ``dict``) (the host validated the body
-already; the vLLM and SGLang hosts hand over the raw JSON), and a session key that is not a string
-or a number is reported as bad instead.
+Reading never fails: a field of an unexpected shape reads as absent (JSON objects are ``dict``)
+(the host validated the body already; the vLLM and SGLang hosts hand over the raw JSON), and a
+session key that is not a string or a number is reported as bad instead.
 
 **Session keys**, first found wins (a key names one session; the content is not read then):
 
@@ -66,7 +66,8 @@ def read_chat(body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> Reque
     lead = "\n\n".join(content_text(m.get("content")) for m in messages[:lead_count])
     rest = messages[lead_count:]
     key, bad = session_key(body, headers)
-    call_ids = [str(c.get("id")) for m in rest for c in _list(m.get("tool_calls")) if isinstance(c, dict) and c.get("id")]
+    call_ids = [str(c.get("id")) for m in rest for c in _list(m.get("tool_calls"))
+                if isinstance(c, dict) and c.get("id")]
     call_ids += [str(m["tool_call_id"]) for m in rest if m.get("tool_call_id")]
     return RequestView(_model(body), lead, digest("chat", _tools_digest(body.get("tools"))),
                        tuple(turn_of(m) for m in rest), tuple(content_text(m.get("content")) for m in rest),
@@ -139,8 +140,9 @@ def turn_of(message: Mapping[str, Any]) -> str:
         if isinstance(call, dict):
             fn = call.get("function") if isinstance(call.get("function"), dict) else {}
             calls.append([str(call.get("id", "")), str(fn.get("name", "")), str(fn.get("arguments", ""))])
-    return json.dumps([str(message.get("role", "")), str(message.get("name") or ""), content_text(message.get("content")),
-                       calls, str(message.get("tool_call_id") or "")], ensure_ascii=False, separators=(",", ":"))
+    fields = [str(message.get("role", "")), str(message.get("name") or ""), content_text(message.get("content")),
+              calls, str(message.get("tool_call_id") or "")]
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
 
 
 def _tools_digest(tools: Any) -> bytes:

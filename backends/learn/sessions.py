@@ -70,7 +70,7 @@ class SessionTable:
             self._serial += 1
             session = Session(f"learned-{self._serial}", namespace, now)
         session.last_seen, session.requests = now, session.requests + 1
-        for old_id, old in self._sessions.put(session.id, session):
+        for _, old in self._sessions.put(session.id, session):
             self._ended.append(old)
         if view.session_key is not None:
             self._by_key.put(view.session_key, session.id)

@@ -163,8 +163,8 @@ def openai_router(ctx: ServerContext) -> APIRouter:
         fixed = hint.fixed_prefix if hint is not None else None
         hint, learned = await learned_hint(request, ctx, "completions", hint)
         encoded = ctx.encode_prompt(body.prompt, fixed, "prompt")
-        greqs = _choices(ctx, "completions", body, engine_request(ctx, body, encoded, hint, COMPLETION_DEFAULT_MAX_TOKENS,
-                                                            "max_tokens"))
+        greq = engine_request(ctx, body, encoded, hint, COMPLETION_DEFAULT_MAX_TOKENS, "max_tokens")
+        greqs = _choices(ctx, "completions", body, greq)
         greq, decode, fixed_tokens = greqs[0], ctx.engine.tokenizer.decode, encoded.fixed_prefix_tokens
         id_ = api.completion_id("cmpl")
         if not body.stream:

@@ -167,7 +167,8 @@ def _typed(item: Any, index: int) -> Any:
         return item
     kind = item.get("type", "message" if "role" in item else None)
     if kind not in _ITEM_TYPES:
-        raise ValueError(f"item {index} is of type {kind!r}, which is not supported (supported: {', '.join(_ITEM_TYPES)})")
+        raise ValueError(f"item {index} is of type {kind!r}, which is not supported "
+                         f"(supported: {', '.join(_ITEM_TYPES)})")
     return {**item, "type": kind}
 
 
@@ -180,7 +181,8 @@ def conversation(body: ResponsesRequest) -> list[api.ChatMessage]:
         if isinstance(item, MessageItem):
             messages.append(api.ChatMessage(role=item.role, content=item.text()))
         elif isinstance(item, FunctionCallItem):
-            call = api.ToolCall(id=item.call_id, function=api.ToolCallFunction(name=item.name, arguments=item.arguments))
+            function = api.ToolCallFunction(name=item.name, arguments=item.arguments)
+            call = api.ToolCall(id=item.call_id, function=function)
             messages.append(api.ChatMessage(role="assistant", tool_calls=[call]))
         else:
             messages.append(api.ChatMessage(role="tool", content=item.text(), tool_call_id=item.call_id))

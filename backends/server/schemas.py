@@ -159,7 +159,8 @@ def _problem(node: dict[str, Any], root: Any) -> tuple[str, str] | None:
     if isinstance(required, list) and isinstance(node.get("properties", {}), dict):
         missing = [name for name in required if name not in node.get("properties", {})]
         if missing:
-            return "required", f"names {missing[0]!r}, which properties does not define (the grammar would not require it)"
+            return "required", (f"names {missing[0]!r}, which properties does not define "
+                                "(the grammar would not require it)")
     ref = node.get("$ref")
     if ref is not None and _resolve(ref, root) is None:
         return "$ref", f"{ref!r} is not a pointer into this schema ('#' or '#/...')"

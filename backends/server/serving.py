@@ -151,7 +151,10 @@ async def complete(request: Request, ctx: ServerContext, greq: GenerateRequest, 
 async def complete_all(request: Request, ctx: ServerContext, greqs: Sequence[GenerateRequest],
                        prompt_field: str | None = None, constraint_field: str | None = None) -> list[GenerateResult]:
     """:func:`complete` for several requests at once (the choices of ``n > 1``); one failing fails all."""
-    work = ctx.engine.generate(greqs[0]) if len(greqs) == 1 else asyncio.gather(*(ctx.engine.generate(g) for g in greqs))
+    if len(greqs) == 1:
+        work = ctx.engine.generate(greqs[0])
+    else:
+        work = asyncio.gather(*(ctx.engine.generate(g) for g in greqs))
     try:
         result = await until_disconnect(request, work)
     except (ClientDisconnected, APIError):

@@ -63,7 +63,8 @@ def main(args: argparse.Namespace) -> int:
     from ..harness.progress import CallProgress
 
     ideas = args.idea or list(DEMO_IDEAS)
-    plans = ([("baseline", BASELINE)] if not args.no_baseline else []) + [("kvflow", (args.policy, not args.no_prefetch))]
+    plans = [] if args.no_baseline else [("baseline", BASELINE)]
+    plans.append(("kvflow", (args.policy, not args.no_prefetch)))
     try:
         plan = backlog(ideas, args.fix_rounds, args.max_tokens)
         roles = role_prompt_tokens(plan.workflow, args.model)

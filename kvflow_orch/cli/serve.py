@@ -83,8 +83,8 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     if engine.external and args.learned_hints:
-        print(f"kvflow serve: --learned-hints runs on the embedded engine only for now, not with --engine {args.engine}",
-              file=sys.stderr)
+        print("kvflow serve: --learned-hints runs on the embedded engine only for now, "
+              f"not with --engine {args.engine}", file=sys.stderr)
         return 2
     if engine.external and args.dtype is not None:
         extra += ["--dtype", args.dtype]  # the engine's own flag, same meaning

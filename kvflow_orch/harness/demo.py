@@ -24,8 +24,8 @@ from backends.local import Engine
 from ..runtime import arun
 
 __all__ = ["EngineRun", "run_on_engine", "compare_rows", "DEMO_IDEA", "DEMO_IDEAS", "STAT_KEYS", "BASELINE",
-           "POOL_SHARE", "DemoPlan", "backlog", "role_prompt_tokens", "device_tokens_for", "check_device_tokens", "Bounds",
-           "replay_bounds", "Target", "demo_targets", "TARGET_SPEEDUP", "TARGET_FEWER_RECOMPUTED",
+           "POOL_SHARE", "DemoPlan", "backlog", "role_prompt_tokens", "device_tokens_for", "check_device_tokens",
+           "Bounds", "replay_bounds", "Target", "demo_targets", "TARGET_SPEEDUP", "TARGET_FEWER_RECOMPUTED",
            "TARGET_BELADY_GAP"]
 
 DEMO_IDEA = "a command-line todo list that stores tasks in a local JSON file, with due dates and tags"

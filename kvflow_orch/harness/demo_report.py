@@ -59,9 +59,10 @@ def report(runs: Mapping[str, EngineRun], labels: Mapping[str, str], device_toke
         print(f"greedy outputs identical in both runs: {'yes' if identical else 'NO'}", file=stream)
     bounds = replay_bounds(kvflow)
     if bounds is not None:
-        print(f"Bélády (offline optimum, the brain's replay of the kvflow run's calls): {bounds.belady:,} prompt tokens "
-              f"recomputed; any policy with an unbounded pool: {bounds.floor:,} (the dynamic parts and each "
-              f"prompt's first use); kvflow's own policy replayed: {bounds.replayed:,}", file=stream)
+        print(f"Bélády (offline optimum, the brain's replay of the kvflow run's calls): {bounds.belady:,} "
+              f"prompt tokens recomputed; any policy with an unbounded pool: {bounds.floor:,} "
+              f"(the dynamic parts and each prompt's first use); kvflow's own policy replayed: {bounds.replayed:,}",
+              file=stream)
     out.mkdir(parents=True, exist_ok=True)
     calls_path = out / CALLS_NAME
     with open(calls_path, "w", encoding="utf-8") as f:

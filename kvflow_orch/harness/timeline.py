@@ -33,7 +33,7 @@ def write_timeline(runs: Mapping[str, Sequence[CallRecord]], path: Path, *, titl
     end = max((c.offset_s + c.duration_s for calls in runs.values() for c in calls), default=1.0)
     fig, axes = plt.subplots(len(runs), 1, figsize=(8, 1.4 + 0.32 * len(agents) * len(runs)), sharex=True,
                              squeeze=False)
-    for ax, (name, calls) in zip(axes[:, 0], runs.items()):
+    for ax, (name, calls) in zip(axes[:, 0], runs.items(), strict=True):
         for call in calls:
             hit = call.prompt_tokens and call.cached_tokens / call.prompt_tokens >= HIT_SHARE
             ax.barh(agents.index(call.agent), call.duration_s, left=call.offset_s, height=0.7,

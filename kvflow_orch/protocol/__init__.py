@@ -17,8 +17,8 @@ from .limits import DEFAULT_NAMESPACE, MAX_AGENTS, MAX_NAME_LEN, check_name, che
 from .sampling import Sampling
 from .trace import FORMAT_VERSION, CallRecord, NodeRecord, read_calls, write_calls
 from .wire import (CUSTOM_PARAMS, GENERATE_PARAMS, HINT_LOCATIONS, INFO_ROUTE, KV_TRANSFER_PARAMS,
-                   OPENAI_HINT_LOCATIONS, LEARNED_ROUTE, STATS_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_hint, extract_hint,
-                   hint_location, read_steps_update)
+                   OPENAI_HINT_LOCATIONS, LEARNED_ROUTE, STATS_ROUTE, STEPS_ROUTE, KVFlowHint, StepsUpdate,
+                   attach_hint, extract_hint, hint_location, read_steps_update)
 
 __all__ = [
     "MAX_NAME_LEN",

@@ -29,9 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 from .errors import HintError, HintLocationError
 from .limits import DEFAULT_NAMESPACE, check_name, check_steps, steps_as_json
 
-__all__ = ["STEPS_ROUTE", "INFO_ROUTE", "STATS_ROUTE", "LEARNED_ROUTE", "KVFlowHint", "StepsUpdate", "attach_hint", "extract_hint",
-           "read_steps_update", "CUSTOM_PARAMS", "KV_TRANSFER_PARAMS", "GENERATE_PARAMS", "OPENAI_HINT_LOCATIONS",
-           "RESPONSES_HINT_LOCATIONS", "HINT_LOCATIONS", "hint_location"]
+__all__ = ["STEPS_ROUTE", "INFO_ROUTE", "STATS_ROUTE", "LEARNED_ROUTE", "KVFlowHint", "StepsUpdate", "attach_hint",
+           "extract_hint", "read_steps_update", "CUSTOM_PARAMS", "KV_TRANSFER_PARAMS", "GENERATE_PARAMS",
+           "OPENAI_HINT_LOCATIONS", "RESPONSES_HINT_LOCATIONS", "HINT_LOCATIONS", "hint_location"]
 
 STEPS_ROUTE = "/kvflow/v1/steps"
 INFO_ROUTE = "/kvflow/v1/info"

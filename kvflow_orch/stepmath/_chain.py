@@ -109,7 +109,7 @@ def _inverse(a: list[list[float]]) -> list[list[float]]:
             f = ri[k]
             if f and i != k:
                 ri[k] = 0.0
-                a[i] = [x - f * y for x, y in zip(ri, rk)]
+                a[i] = [x - f * y for x, y in zip(ri, rk, strict=True)]
     for k, p in reversed(swaps):  # row swaps of the matrix are column swaps of its inverse
         for row in a:
             row[k], row[p] = row[p], row[k]
@@ -117,7 +117,7 @@ def _inverse(a: list[list[float]]) -> list[list[float]]:
 
 
 def _square(n_: list[list[float]]) -> list[list[float]]:
-    cols = list(zip(*n_))
+    cols = list(zip(*n_, strict=True))
     return [[sum(map(mul, row, col)) for col in cols] for row in n_]
 
 
@@ -129,18 +129,19 @@ def _sherman_morrison(n_, m_, u: int, delta: Mapping[int, float]):
     w = [0.0] * size
     for t, d in delta.items():
         if d:
-            w = [x + d * y for x, y in zip(w, n_[t])]
+            w = [x + d * y for x, y in zip(w, n_[t], strict=True)]
     denom = 1.0 - w[u]
     if abs(denom) < 1e-9:
         return None
     beta = 1.0 / denom
     c = [row[u] for row in n_]
     nc = [sum(map(mul, row, c)) for row in n_]
-    cols = list(zip(*n_))
+    cols = list(zip(*n_, strict=True))
     wn = [sum(map(mul, w, col)) for col in cols]
     wc = sum(map(mul, w, c))
-    left = [beta * (x + beta * wc * y) for x, y in zip(nc, c)]  # (N c + beta (w.c) c) * beta
+    left = [beta * (x + beta * wc * y) for x, y in zip(nc, c, strict=True)]  # (N c + beta (w.c) c) * beta
     bc = [beta * y for y in c]
-    new_n = [[x + ci * wj for x, wj in zip(row, w)] for row, ci in zip(n_, bc)]
-    new_m = [[x + li * wj + ci * vj for x, wj, vj in zip(row, w, wn)] for row, li, ci in zip(m_, left, bc)]
+    new_n = [[x + ci * wj for x, wj in zip(row, w, strict=True)] for row, ci in zip(n_, bc, strict=True)]
+    new_m = [[x + li * wj + ci * vj for x, wj, vj in zip(row, w, wn, strict=True)]
+             for row, li, ci in zip(m_, left, bc, strict=True)]
     return new_n, new_m

@@ -154,7 +154,7 @@ def _lu(a: list[list[float]]) -> tuple[list[list[float]], list[int]]:
             if f:
                 ri = a[i]
                 ri[k] = f
-                ri[k + 1:] = [x - f * y for x, y in zip(ri[k + 1:], rk[k + 1:])]
+                ri[k + 1:] = [x - f * y for x, y in zip(ri[k + 1:], rk[k + 1:], strict=True)]
             else:
                 a[i][k] = 0.0
     return a, perm

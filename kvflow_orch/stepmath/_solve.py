@@ -107,4 +107,4 @@ def expected_steps(model: "ChainSteps | OutcomeSteps", active: Iterable[int],
         for a in active:
             out[a] = 0
         return out
-    return [b if 0 < s < b < INF else s for s, b in zip(static, best)]
+    return [b if 0 < s < b < INF else s for s, b in zip(static, best, strict=True)]

@@ -80,4 +80,4 @@ class TransitionSteps:
             active = [self._index[s] for s in names]
         except KeyError as exc:
             raise ValueError(f"unknown state {exc.args[0]!r}") from None
-        return dict(zip(self.states, expected_steps(self._model, active)))
+        return dict(zip(self.states, expected_steps(self._model, active), strict=True))

@@ -74,8 +74,8 @@ def test_demo_bounds_come_from_replaying_the_same_calls(demo):
     belady, floor, replayed = (number(g) for g in line.groups())
     assert floor <= belady <= kv
     assert replayed == kv  # the replay follows the engine's cache exactly
-    assert re.search(r"\[ok\] recomputed prompt tokens: kvflow [\d,]+ vs Bélády [\d,]+, \+\d+\.\d% \(target within 5%\)",
-                     out)
+    assert re.search(r"\[ok\] recomputed prompt tokens: kvflow [\d,]+ vs Bélády [\d,]+, "
+                     r"\+\d+\.\d% \(target within 5%\)", out)
 
 
 def test_demo_projects_the_calls_onto_gpu_profiles_labelled_simulated(demo):
@@ -90,7 +90,8 @@ def test_demo_projects_the_calls_onto_gpu_profiles_labelled_simulated(demo):
 def test_demo_prints_targets_and_writes_the_timeline_and_calls(demo):
     _, out, out_dir = demo
     targets = out.split("Targets (this run, this machine):", 1)[1]
-    for text in ("wall time: baseline / kvflow = ", "fewer than the baseline (target >= 30%)", "greedy outputs identical"):
+    for text in ("wall time: baseline / kvflow = ", "fewer than the baseline (target >= 30%)",
+                 "greedy outputs identical"):
         assert text in targets
     assert "[ok] greedy outputs identical" in targets and "[ok] recomputed prompt tokens: " in targets
     png = out_dir / "timeline.png"

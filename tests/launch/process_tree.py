@@ -15,7 +15,8 @@ from typing import Iterable
 import httpx
 import pytest
 
-requires_proc = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from /proc (Linux)")
+requires_proc = pytest.mark.skipif(not Path("/proc/self/task").is_dir(),
+                                   reason="reads the process tree from /proc (Linux)")
 
 
 def _children(pid: int) -> set[int]:
@@ -95,7 +96,8 @@ def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float, what: str =
         time.sleep(0.2)
 
 
-def assert_stops(proc: subprocess.Popen, signum: int, pids: set[int], ports: Iterable[int], within_s: float = 10.0) -> int:
+def assert_stops(proc: subprocess.Popen, signum: int, pids: set[int], ports: Iterable[int],
+                 within_s: float = 10.0) -> int:
     """Send ``signum`` to ``proc`` alone (as `kill` or a process manager does); within ``within_s``
     every process of ``pids`` is gone and every port is free. Kills the leftovers either way, so a
     failing test leaves nothing running. Returns ``proc``'s exit status."""
@@ -103,7 +105,8 @@ def assert_stops(proc: subprocess.Popen, signum: int, pids: set[int], ports: Ite
     proc.send_signal(signum)
     try:
         left = left_after(pids, within_s)
-        assert not left, f"still running {within_s:.0f} s after {signal.Signals(signum).name}:\n" + "\n".join(describe(left))
+        assert not left, (f"still running {within_s:.0f} s after {signal.Signals(signum).name}:\n"
+                          + "\n".join(describe(left)))
         busy = [port for port in ports if not port_free(port)]
         assert not busy, f"ports still bound after every process exited: {busy}"
         code = proc.wait(max(0.1, within_s - (time.monotonic() - started)))

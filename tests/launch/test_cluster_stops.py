@@ -18,14 +18,16 @@ from process_tree import assert_stops, left_after, requires_proc, tree
 
 from kvflow_orch.harness.cluster import find_smg, free_port
 
-pytestmark = [requires_proc, pytest.mark.skipif(find_smg() is None, reason="smg is not installed: pip install 'kvflow[smg]'")]
+pytestmark = [requires_proc,
+              pytest.mark.skipif(find_smg() is None, reason="smg is not installed: pip install 'kvflow[smg]'")]
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cluster(port: int) -> tuple[subprocess.Popen, list[int], set[int]]:
     """``kvflow cluster --workers 2`` until it prints the gateway; its ports and process tree."""
-    proc = subprocess.Popen([sys.executable, "-m", "kvflow_orch.cli", "cluster", "--workers", "2", "--model",
-                             "tiny-random", "--gateway-port", str(port), "--device-tokens", "1024", "--host-tokens", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "kvflow_orch.cli", "cluster", "--workers", "2",
+                             "--model", "tiny-random", "--gateway-port", str(port),
+                             "--device-tokens", "1024", "--host-tokens", "0"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines = [proc.stdout.readline().strip() for _ in range(3)]  # type: ignore[union-attr]
     assert lines[2] == f"gateway: http://127.0.0.1:{port}", lines

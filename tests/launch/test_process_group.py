@@ -42,9 +42,11 @@ def _supervised(tmp_path: Path, mode: str = "serve") -> tuple[subprocess.Popen, 
     return proc, tree(proc.pid) | {started["leader"], *started["helpers"]}
 
 
-@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 128 + signal.SIGINT),
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 128 + signal.SIGTERM),
+                                            (signal.SIGINT, 128 + signal.SIGINT),
                                             (signal.SIGHUP, 128 + signal.SIGTERM)])
-def test_a_stop_signal_stops_the_whole_tree_even_helpers_that_ignore_it(tmp_path: Path, signum: int, status: int) -> None:
+def test_a_stop_signal_stops_the_whole_tree_even_helpers_that_ignore_it(tmp_path: Path, signum: int,
+                                                                        status: int) -> None:
     proc, pids = _supervised(tmp_path)
     assert len(pids) == 4  # supervisor, engine, its two helpers
     # the engine dies of the signal (SIGINT: Python re-raises it after KeyboardInterrupt) and the supervisor says so

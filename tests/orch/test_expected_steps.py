@@ -5,6 +5,7 @@ kept static, and refreshes bounded by decisions and work."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -254,7 +255,7 @@ def loop_graph(n: int):
     for name in names:
         wf.add_agent(name, system=name)
     wf.add_edge(START, names[0])
-    for a, b in zip(names, names[1:]):
+    for a, b in itertools.pairwise(names):
         wf.add_edge(a, b)
     wf.add_conditional_edges(names[-1], route, [names[0], names[n // 2], END])
     return wf.compile(), names

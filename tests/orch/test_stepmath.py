@@ -72,7 +72,7 @@ def random_chain(rng: random.Random, n: int) -> list[dict[int, float]]:
         targets = rng.sample(range(n), rng.randint(1, min(4, n)))
         weights = [rng.random() + 0.05 for _ in targets]
         total = sum(weights) + rng.random() * 0.6 + 0.02  # some probability of ending
-        rows.append({t: w / total for t, w in zip(targets, weights)})
+        rows.append({t: w / total for t, w in zip(targets, weights, strict=True)})
     return rows
 
 

@@ -1,6 +1,6 @@
-"""Size limits a client cannot get around: request bodies (413, declared or chunked, on every POST route),
-hint sizes at their exact boundaries (one past them: 422 on the steps route, 400 in a request body), and the memory bounds of the hint table and
-of the metrics' label sets.
+"""Size limits a client cannot get around: request bodies (413, declared or chunked, on every POST
+route), hint sizes at their exact boundaries (one past them: 422 on the steps route, 400 in a
+request body), and the memory bounds of the hint table and of the metrics' label sets.
 
 tests/server covers the everyday bad-input cases; these pin the boundaries and the bypass attempts."""
 

@@ -19,7 +19,8 @@ USER = [{"role": "user", "content": "Plan a trip."}]
 NESTED = {"$defs": {"Place": {"properties": {"city": {"title": "City", "type": "string", "maxLength": 10},
                                              "days": {"title": "Days", "type": "integer"}},
                               "required": ["city", "days"], "title": "Place", "type": "object"}},
-          "properties": {"place": {"$ref": "#/$defs/Place"}, "note": {"title": "Note", "type": "string", "maxLength": 8}},
+          "properties": {"place": {"$ref": "#/$defs/Place"},
+                         "note": {"title": "Note", "type": "string", "maxLength": 8}},
           "required": ["place", "note"], "title": "Trip", "type": "object"}
 TRIP = {"type": "function", "function": {"name": "plan_trip", "parameters": NESTED}}
 
@@ -109,7 +110,8 @@ UNENFORCEABLE = [
 @pytest.mark.parametrize("where", ["response_format", "tools"])
 def test_unenforceable_schema_is_a_400_naming_it(client: httpx.Client, keyword: str, schema: dict, where: str) -> None:
     if where == "tools":
-        body = {"tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}], "tool_choice": "required"}
+        body = {"tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
+                "tool_choice": "required"}
         param = "tools.0.function.parameters"
     else:
         body = {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}

@@ -15,7 +15,8 @@ import pytest
 from server_helpers import Served, assert_no_leak
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city",
-           "parameters": {"type": "object", "properties": {"city": {"$ref": "#/$defs/City"}, "days": {"type": "integer"}},
+           "parameters": {"type": "object",
+                          "properties": {"city": {"$ref": "#/$defs/City"}, "days": {"type": "integer"}},
                           "required": ["city", "days"], "additionalProperties": False,
                           "$defs": {"City": {"type": "string", "maxLength": 12}}}}
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"}},
@@ -111,8 +112,9 @@ def test_hint_rides_as_on_the_chat_route_and_info_names_it(sdk: openai.OpenAI, s
     ({"include": ["file_search_call.results"]}, "include"),
     ({"tools": [{"type": "web_search"}]}, "tools.0"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input"),
-    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "array", "items": {"type": "integer"},
-                                                                          "uniqueItems": True}}}}, "text.format.schema"),
+    ({"text": {"format": {"type": "json_schema", "name": "x",
+                          "schema": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}}}},
+     "text.format.schema"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
 ])
 def test_what_is_not_served_is_a_400_naming_the_field(client: httpx.Client, extra: dict, param: str) -> None:

@@ -103,7 +103,8 @@ def test_generate_sglang_shape_with_hint_in_sampling_params(client: httpx.Client
 def test_kvflow_routes_info_steps_stats_health(client: httpx.Client, served: Served) -> None:
     info = client.get("/kvflow/v1/info").json()
     assert info["model"] == "tiny-random" and info["policy"] == "kvflow"
-    assert info["hints"] == {"openai": ["custom_params.kvflow"], "responses": ["custom_params.kvflow"]}  # where the routes read them
+    # where the routes read them
+    assert info["hints"] == {"openai": ["custom_params.kvflow"], "responses": ["custom_params.kvflow"]}
     update = {"workflow_id": "wf-3", "namespace": "team-a", "steps": {"a": 2, "b": None}}
     r = client.post("/kvflow/v1/steps", json=update)
     assert r.status_code == 200 and r.json() == {"status": "ok"}

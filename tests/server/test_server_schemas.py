@@ -100,7 +100,8 @@ def test_what_the_grammar_would_drop_is_refused_by_name(keyword: str, schema: di
         assert not _is_grammar_accept_string(grammar, forbidden[1])
     else:
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(json.loads(forbidden), schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+            jsonschema.validate(json.loads(forbidden), schema,
+                                format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
         assert _is_grammar_accept_string(grammar, forbidden)
 
 

@@ -111,7 +111,8 @@ def test_bench_sim_online_learns_from_empty_statistics(tmp_path):
                           "--out", str(tmp_path)])
     assert rc == 0, err.getvalue()
     rows = {r["system"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
-    assert set(rows) == {"kvflow", "kvflow-learned"} and rows["kvflow"]["requests"] == rows["kvflow-learned"]["requests"]
+    assert set(rows) == {"kvflow", "kvflow-learned"}
+    assert rows["kvflow"]["requests"] == rows["kvflow-learned"]["requests"]
     assert routed_workload("swarm", rounds=3, train_runs=0).train_runs == 0  # what --online builds
     assert routed_workload("swarm", rounds=3).train_runs > 0
     with redirect_stdout(io.StringIO()), redirect_stderr(err := io.StringIO()):

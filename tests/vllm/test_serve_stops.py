@@ -28,14 +28,16 @@ def test_plain_kvflow_serve_engine_vllm_serves_then_stops_with_everything_it_sta
     env = plain_env()
     assert not [k for k in env if k.startswith("VLLM_")]
     with open(tmp_path / "server.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model",
-                                 str(model), "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm",
+                                 "--model", str(model), "--port", str(port)],
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
         try:
             wait_healthy(proc, url, START_TIMEOUT_S, "kvflow serve --engine vllm")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}; log:\n" + (tmp_path / "server.log").read_text(errors="replace")[-4000:]) from None
+            log_tail = (tmp_path / "server.log").read_text(errors="replace")[-4000:]
+            raise AssertionError(f"{exc}; log:\n{log_tail}") from None
         reply = httpx.post(url + "/v1/chat/completions", timeout=300, json={
             "model": str(model), "max_tokens": 8, "temperature": 0,
             "messages": [{"role": "user", "content": "What is the capital of France?"}]})

@@ -5,8 +5,9 @@ for the OpenAI Agents SDK as its docs show it, pointed at an OpenAI-compatible s
 
 The server is the SDK's default client (``set_default_openai_client``), so agents naming a model
 get the SDK's default model class: ``OpenAIResponsesModel`` (the Responses API) with ``--api
-responses``, ``OpenAIChatCompletionsModel`` with ``--api chat`` (``set_default_openai_api``). Each session runs once non-streamed and once streamed; a session that reaches
-``max_turns`` has stopped at the framework's own limit and counts as done.
+responses``, ``OpenAIChatCompletionsModel`` with ``--api chat`` (``set_default_openai_api``).
+Each session runs once non-streamed and once streamed; a session that reaches ``max_turns`` has
+stopped at the framework's own limit and counts as done.
 """
 
 from __future__ import annotations
