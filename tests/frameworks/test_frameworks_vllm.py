@@ -5,14 +5,11 @@ Run with ``.venv-vllm/bin/python -m pytest tests/frameworks -m vllm``."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm"))
 from framework_runs import SETUP, logged_answers, run_app, venv_python
 from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server
 

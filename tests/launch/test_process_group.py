@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 from process_tree import assert_stops, left_after, requires_proc, tree
 
 from backends.process_group import STOP_GRACE_S, start, stop

@@ -20,7 +20,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 from process_tree import assert_stops, requires_proc, tree, wait_healthy
 
 pytestmark = requires_proc

@@ -4,7 +4,6 @@ engine core, worker) is left within 10 s and its port is free."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,8 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "launch"))
 from process_tree import assert_stops, requires_proc, tree, wait_healthy
 from vllm_server import HAVE_VLLM, SKIP_REASON, START_TIMEOUT_S, free_port, export_smollm2, plain_env
 
