@@ -1,7 +1,8 @@
 """Assembles the FastAPI application around a :class:`~backends.base.ServingEngine`.
 
-Middleware order, outermost first: metrics (sees every answer, rejections included), API key
-(rejects before any body is read), body size (413 before parsing), then the routes.
+Middleware order, outermost first: metrics (sees every answer, rejections included), Host/Origin
+check (403 for a rebound name or a foreign web page), API key (rejects before any body is read),
+JSON bodies only (415), body size (413 before parsing), then the routes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 
 from backends.base import ServingEngine
-from backends.server.auth import APIKeyAuth
+from backends.server.auth import APIKeyAuth, key_problem
+from backends.server.crosssite import HostCheck, JSONBodiesOnly, host_names
 from backends.server.debug import debug_router
 from backends.server.errors import install_error_handlers
 from backends.server.generate_routes import generate_router
@@ -39,6 +41,7 @@ def create_app(
     on_request: RequestObserver | None = None,
     on_steps: StepsObserver | None = None,
     debug_routes: bool = False,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> FastAPI:
     """Build the server app.
 
@@ -48,7 +51,14 @@ def create_app(
     ``on_request``/``on_steps``: in-process observers of accepted requests and steps updates
     (for tests and tracing; they must not block). ``debug_routes``: mount ``/kvflow/v1/debug/*``
     (integrity check, hint-table size; see :mod:`backends.server.debug`); off by default.
+    ``allowed_hosts``: the names the ``Host`` header (and a browser's ``Origin``) may carry;
+    ``None`` accepts any Host and same-host origins only (:mod:`backends.server.crosssite`).
+    Raises ValueError for an ``api_key`` no client can send (empty: every request would be refused).
     """
+    problem = None if api_key is None else key_problem(api_key)
+    if problem is not None:
+        raise ValueError(problem)
+    allowed = host_names(allowed_hosts)  # checked now: a bad name fails here, not at the first request
     ctx = ServerContext(
         engine=engine,
         limits=limits or ServerLimits(),
@@ -84,8 +94,10 @@ def create_app(
 
     # add_middleware wraps: the last added runs first.
     app.add_middleware(BodySizeLimit, limits=ctx.limits)
+    app.add_middleware(JSONBodiesOnly)
     if api_key is not None:
         app.add_middleware(APIKeyAuth, api_key=api_key)
+    app.add_middleware(HostCheck, allowed_hosts=allowed)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.state.kvflow = ctx
     return app
