@@ -10,6 +10,7 @@ one; :func:`steps_as_json` writes the wire one.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Mapping
 
 from .errors import HintError
@@ -49,13 +50,33 @@ def check_steps(steps: Any) -> dict[str, float]:
         if value is None:
             out[agent] = math.inf
             continue
-        # bool is an int subclass, but True steps is a caller's mistake, not 1.
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise HintError(f"steps.{agent} is {value!r}; expected a number >= 0 or null")
-        if value < 0:
-            raise HintError(f"steps.{agent} is {value}; steps-to-execution must be >= 0 or null")
-        out[agent] = float(value)
+        out[agent] = _step(agent, value)
     return out
+
+
+def _step(agent: str, value: Any) -> float:
+    # bool is an int subclass, but True steps is a caller's mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise HintError(f"steps.{agent} is {_shown(value)}; expected a number >= 0 or null")
+    if value < 0:
+        raise HintError(f"steps.{agent} is {_shown(value)}; steps-to-execution must be >= 0 or null")
+    try:
+        number = float(value)
+    except OverflowError:  # a JSON integer past float's range (1 followed by 400 zeros)
+        raise HintError(f"steps.{agent} is {_shown(value)}, past the largest number a step may be "
+                        f"({sys.float_info.max:.3g}); send null for 'not expected again'") from None
+    if math.isnan(number):
+        raise HintError(f"steps.{agent} is NaN; expected a number >= 0 or null")
+    return number
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message, cut short: a message never echoes a megabyte back (and
+    Python refuses to print integers of more than 4,300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def steps_as_json(steps: Mapping[str, float]) -> dict[str, int | float | None]:
