@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from backends.base import GenerateResult, SamplingParams, TokenLogprob
+from kvflow_orch.protocol import MAX_CACHE_SALT_LEN, check_cache_salt
 
 __all__ = [
     "LenientModel",
@@ -134,6 +135,14 @@ class SamplingFields(LenientModel):
     top_k: int = Field(default=0, ge=-1)
     """0 or -1: no limit (vLLM and SGLang use -1)."""
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_LEN)
+    """vLLM's field: requests with different salts never share cached KV (nor reveal, through
+    ``cached_tokens``, what another client sent)."""
+
+    @field_validator("cache_salt")
+    @classmethod
+    def _salt(cls, salt: str | None) -> str | None:
+        return check_cache_salt(salt)
 
     @field_validator("stop")
     @classmethod

@@ -15,11 +15,15 @@ from typing import Any, Mapping
 
 from .errors import HintError
 
-__all__ = ["MAX_NAME_LEN", "MAX_AGENTS", "DEFAULT_NAMESPACE", "check_name", "check_steps", "steps_as_json"]
+__all__ = ["MAX_NAME_LEN", "MAX_AGENTS", "DEFAULT_NAMESPACE", "MAX_CACHE_SALT_LEN", "check_name", "check_steps",
+           "check_cache_salt", "steps_as_json"]
 
 MAX_NAME_LEN = 256
 MAX_AGENTS = 4096
 DEFAULT_NAMESPACE = "default"
+MAX_CACHE_SALT_LEN = 128
+"""``cache_salt`` (a request's top-level field, vLLM's name): vLLM 0.32's bound, and its characters."""
+_SALT_FORBIDDEN = frozenset("@/\\\0")
 
 
 def check_name(value: Any, what: str) -> str:
@@ -29,6 +33,20 @@ def check_name(value: Any, what: str) -> str:
         raise HintError(f"{what} must be a non-empty string")
     if len(value) > MAX_NAME_LEN:
         raise HintError(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LEN}")
+    return value
+
+
+def check_cache_salt(value: Any) -> str | None:
+    """``value`` if it is a valid ``cache_salt``: ``None``, or a non-empty string of at most
+    MAX_CACHE_SALT_LEN characters without ``@``, ``/``, ``\\`` or NUL (the rule vLLM applies, so a
+    salt one backend takes every backend takes). Requests with different salts never share cached
+    KV; ValueError otherwise, naming the field."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError("cache_salt must be a non-empty string")
+    if len(value) > MAX_CACHE_SALT_LEN or not _SALT_FORBIDDEN.isdisjoint(value):
+        raise ValueError(f"cache_salt must be at most {MAX_CACHE_SALT_LEN} characters, without '@', '/', '\\\\' or NUL")
     return value
 
 
