@@ -18,12 +18,12 @@ from typing import Any, Iterable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from backends.base import Constraint, GenerateRequest, GenerateResult, StreamEvent
 from backends.server import schemas
+from backends.server.openai_models import CacheSalt
 from backends.server.serving import ServerContext, complete, open_stream, parse_body, read_hint, sse_response
-from kvflow_orch.protocol import MAX_CACHE_SALT_LEN, check_cache_salt
 
 __all__ = ["GenerateBody", "SGLangSamplingParams", "generate_router", "meta_info"]
 
@@ -95,13 +95,8 @@ class GenerateBody(BaseModel):
     sampling_params: SGLangSamplingParams = Field(default_factory=SGLangSamplingParams)
     stream: bool = False
     rid: str | None = Field(default=None, min_length=1, max_length=256)
-    cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_LEN)
+    cache_salt: CacheSalt = None
     """SGLang's (and vLLM's) field: requests with different salts never share cached KV."""
-
-    @field_validator("cache_salt")
-    @classmethod
-    def _salt(cls, salt: str | None) -> str | None:
-        return check_cache_salt(salt)
 
     @model_validator(mode="after")
     def _one_prompt(self) -> GenerateBody:
