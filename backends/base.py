@@ -91,6 +91,8 @@ class GenerateRequest:
     fixed_prefix_tokens: int | None = None
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     constraint: Constraint | None = None
+    cache_salt: str | None = None
+    """Requests with different salts (or one salted, one not) never share cached KV."""
 
 
 @dataclass(frozen=True)

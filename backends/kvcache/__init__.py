@@ -23,7 +23,7 @@ from .policy import (
     TIER_HINTED, TIER_UNHINTED, TIER_UNTAGGED, BeladyPolicy, EvictionPolicy, KVFlowPolicy, LRUPolicy,
     kvflow_key, make_policy, node_steps, policy_names, register_policy,
 )
-from .radix import Node, NodeState, RadixTree
+from .radix import Node, NodeState, RadixTree, salted_key
 from .results import (
     NO_EVICTION, Admission, Allocation, Demotion, EvictResult, FlushResult, InsertResult, LoadTask, LockHandle,
     MatchResult, OffloadTask, PrefetchPlan, merge_evictions,
@@ -41,6 +41,6 @@ __all__ = [
     "EvictionPolicy", "LRUPolicy", "KVFlowPolicy", "BeladyPolicy", "kvflow_key", "node_steps",
     "TIER_UNTAGGED", "TIER_UNHINTED", "TIER_HINTED", "register_policy", "make_policy", "policy_names",
     "Segmenter", "common_prefix_len", "CacheStats", "SlotAllocator",
-    "Node", "NodeState", "RadixTree",
+    "Node", "NodeState", "RadixTree", "salted_key",
     "CacheError", "LockError", "UnknownTaskError", "IntegrityError", "SlotError",
 ]

@@ -9,18 +9,34 @@ and moves nodes between tiers. Invariants (checked by ``KVCache.check_integrity`
   rooted subtree, so a path's device tokens are a prefix of it;
 * ``lock_ref`` of a node = number of lock holders at it or below it (locks count up the path);
 * a split keeps every attribute on both halves: tags, states, lock counts, last access.
+
+Salted keys (:func:`salted_key`, a request's ``cache_salt``): the first token of a salted prompt is
+replaced by a negative number drawn from the salt, which no token id and no other salt produces.
+Sharing in a radix tree starts at the root, so prompts under different salts (or none) share no
+node, whatever follows; under one salt they share as before. The tree never reads token ids as
+anything but keys, and the model is fed the real ids, so outputs do not change.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 from typing import Callable, Iterator, Sequence
 
 from .hints import AgentRef
 from .segment import common_prefix_len
 
-__all__ = ["NodeState", "Node", "RadixTree"]
+__all__ = ["NodeState", "Node", "RadixTree", "salted_key"]
+
+
+def salted_key(tokens: Sequence[int], salt: str | None) -> tuple[int, ...]:
+    """The tree key of ``tokens`` under ``salt`` (``None``: the tokens themselves)."""
+    tokens = tuple(tokens)
+    if salt is None or not tokens:
+        return tokens
+    digest = hashlib.blake2b(salt.encode(), digest_size=16, person=b"kvflow-salt").digest()
+    return (-1 - int.from_bytes(digest, "big"), *tokens[1:])
 
 
 class NodeState(enum.Enum):

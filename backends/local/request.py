@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 
 from backends.base import FinishReason, GenerateRequest, GenerateResult, StreamEvent, TokenLogprob
-from backends.kvcache import UNHINTED, IntakeDecision, Reservation
+from backends.kvcache import UNHINTED, IntakeDecision, Reservation, salted_key
 from backends.local.tokenizer import ChatTokenizer, IncrementalDecoder
 
 __all__ = ["Phase", "RequestState", "Sink"]
@@ -55,6 +55,11 @@ class RequestState:
     @property
     def prompt(self) -> tuple[int, ...]:
         return self.request.input_ids
+
+    def cache_key(self, tokens: tuple[int, ...]) -> tuple[int, ...]:
+        """What the brain files ``tokens`` (a prefix of prompt + outputs) under: salted by the
+        request's ``cache_salt``, so requests with different salts share no cached KV."""
+        return salted_key(tokens, self.request.cache_salt)
 
     @property
     def request_id(self) -> str:

@@ -157,7 +157,8 @@ class Scheduler:
 
     def _accept(self, state: RequestState) -> bool:
         request = state.request
-        state.intake = self.cache.accept(AgentRequest(state.prompt, request.hint, request.fixed_prefix_tokens))
+        state.intake = self.cache.accept(AgentRequest(state.cache_key(state.prompt), request.hint,
+                                                       request.fixed_prefix_tokens))
         self.waiting.append(state)
         return request.hint is not None
 
@@ -193,7 +194,7 @@ class Scheduler:
             if len(self.running) >= self.config.max_batch or self._admission_stalled:
                 break
             try:
-                outcome = self.cache.reserve(state.prompt, state.request.sampling.max_tokens)
+                outcome = self.cache.reserve(state.cache_key(state.prompt), state.request.sampling.max_tokens)
                 if isinstance(outcome, Refused):
                     self.tiers.demote(outcome.evicted)
                     if outcome.loading:
@@ -313,7 +314,8 @@ class Scheduler:
             return
         computed = None
         if keep:  # the KV of every position but the last output token was computed
-            computed = (state.prompt + tuple(state.outputs))[:state.computed + max(0, len(state.outputs) - 1)]
+            kept = (state.prompt + tuple(state.outputs))[:state.computed + max(0, len(state.outputs) - 1)]
+            computed = state.cache_key(kept)
         try:
             result = self.cache.release(reservation, computed, state.intake)
         except Exception:  # the brain gave the slots and the lock back all the same

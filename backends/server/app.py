@@ -1,7 +1,8 @@
 """Assembles the FastAPI application around a :class:`~backends.base.ServingEngine`.
 
-Middleware order, outermost first: metrics (sees every answer, rejections included), API key
-(rejects before any body is read), body size (413 before parsing), then the routes.
+Middleware order, outermost first: metrics (sees every answer, rejections included), Host/Origin
+check (403 for a rebound name or a foreign web page), API key (rejects before any body is read),
+JSON bodies only (415), body size (413 before parsing), then the routes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from fastapi.responses import Response
 
 from backends.base import ServingEngine
 from backends.learn import TrafficLearner
-from backends.server.auth import APIKeyAuth
+from backends.server.auth import APIKeyAuth, key_problem
+from backends.server.crosssite import HostCheck, JSONBodiesOnly, host_names
 from backends.server.debug import debug_router
 from backends.server.errors import install_error_handlers
 from backends.server.generate_routes import generate_router
@@ -42,6 +44,7 @@ def create_app(
     on_steps: StepsObserver | None = None,
     debug_routes: bool = False,
     learner: TrafficLearner | None = None,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> FastAPI:
     """Build the server app.
 
@@ -52,8 +55,15 @@ def create_app(
     (for tests and tracing; they must not block). ``debug_routes``: mount ``/kvflow/v1/debug/*``
     (integrity check, hint-table size; see :mod:`backends.server.debug`); off by default.
     ``learner``: learn hints for requests that carry none (:mod:`backends.server.learning`); ``kvflow
-    serve`` passes one unless ``--no-learned-hints``.
+    serve --learned-hints`` passes one.
+    ``allowed_hosts``: the names the ``Host`` header (and a browser's ``Origin``) may carry;
+    ``None`` accepts any Host and same-host origins only (:mod:`backends.server.crosssite`).
+    Raises ValueError for an ``api_key`` no client can send (empty: every request would be refused).
     """
+    problem = None if api_key is None else key_problem(api_key)
+    if problem is not None:
+        raise ValueError(problem)
+    allowed = host_names(allowed_hosts)  # checked now: a bad name fails here, not at the first request
     ctx = ServerContext(
         engine=engine,
         limits=limits or ServerLimits(),
@@ -91,8 +101,10 @@ def create_app(
 
     # add_middleware wraps: the last added runs first.
     app.add_middleware(BodySizeLimit, limits=ctx.limits)
+    app.add_middleware(JSONBodiesOnly)
     if api_key is not None:
         app.add_middleware(APIKeyAuth, api_key=api_key)
+    app.add_middleware(HostCheck, allowed_hosts=allowed)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.state.kvflow = ctx
     return app

@@ -13,15 +13,26 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.server.errors import APIError, send_error
 
-__all__ = ["APIKeyAuth", "PUBLIC_PATHS"]
+__all__ = ["APIKeyAuth", "PUBLIC_PATHS", "key_problem"]
 
 PUBLIC_PATHS = frozenset({"/health"})
 
 
+def key_problem(api_key: str) -> str | None:
+    """Why ``api_key`` cannot guard a server (``None``: it can). An empty key, or one of spaces,
+    matches no ``Authorization`` header (its value is stripped), so every request would be refused."""
+    if not api_key.strip():
+        return "the API key is empty; give a non-empty key, or none to serve without one"
+    if api_key != api_key.strip():
+        return "the API key starts or ends with whitespace, which no client can send; remove it"
+    return None
+
+
 class APIKeyAuth:
     def __init__(self, app: ASGIApp, api_key: str) -> None:
-        if not api_key:
-            raise ValueError("api_key must be a non-empty string")
+        problem = key_problem(api_key)
+        if problem is not None:
+            raise ValueError(problem)
         self.app = app
         self._key = api_key.encode()
 

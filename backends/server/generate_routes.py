@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from backends.base import Constraint, GenerateRequest, GenerateResult, StreamEvent
 from backends.server import schemas
+from backends.server.openai_models import CacheSalt
 from backends.server.serving import ServerContext, complete, open_stream, parse_body, read_hint, sse_response
 
 __all__ = ["GenerateBody", "SGLangSamplingParams", "generate_router", "meta_info"]
@@ -94,6 +95,8 @@ class GenerateBody(BaseModel):
     sampling_params: SGLangSamplingParams = Field(default_factory=SGLangSamplingParams)
     stream: bool = False
     rid: str | None = Field(default=None, min_length=1, max_length=256)
+    cache_salt: CacheSalt = None
+    """SGLang's (and vLLM's) field: requests with different salts never share cached KV."""
 
     @model_validator(mode="after")
     def _one_prompt(self) -> GenerateBody:
@@ -161,6 +164,7 @@ def generate_router(ctx: ServerContext) -> APIRouter:
         )
         greq = GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
                                fixed_prefix_tokens=encoded.fixed_prefix_tokens, constraint=sp.constraint(),
+                               cache_salt=body.cache_salt,
                                **({"request_id": body.rid} if body.rid else {}))
         ctx.submit("generate", greq)
         if not body.stream:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from backends.base import GenerateResult, TokenLogprob
+from kvflow_orch.protocol import MAX_CACHE_SALT_LEN, check_cache_salt
 
 __all__ = [
     "LenientModel",
@@ -107,6 +108,10 @@ class ChatMessage(LenientModel):
         return "".join(part.text for part in self.content)
 
 
+CacheSalt = Annotated[str | None, Field(min_length=1, max_length=MAX_CACHE_SALT_LEN), AfterValidator(check_cache_salt)]
+"""A request's ``cache_salt`` (top level on every generation route), checked by the protocol's rule."""
+
+
 class StreamOptions(LenientModel):
     include_usage: bool = False
 
@@ -134,6 +139,9 @@ class SamplingFields(LenientModel):
     top_k: int = Field(default=0, ge=-1)
     """0 or -1: no limit (vLLM and SGLang use -1)."""
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    cache_salt: CacheSalt = None
+    """vLLM's field: requests with different salts never share cached KV (nor reveal, through
+    ``cached_tokens``, what another client sent)."""
 
     @field_validator("stop")
     @classmethod

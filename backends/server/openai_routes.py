@@ -48,7 +48,7 @@ def engine_request(ctx: ServerContext, body: api.SamplingFields, encoded: Encode
         ignore_eos=body.ignore_eos, **body.sampling_options(),
     )
     return GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
-                           fixed_prefix_tokens=encoded.fixed_prefix_tokens)
+                           fixed_prefix_tokens=encoded.fixed_prefix_tokens, cache_salt=body.cache_salt)
 
 
 def encode_conversation(ctx: ServerContext, history: list[api.ChatMessage], hint: KVFlowHint | None,

@@ -7,7 +7,7 @@ out to every worker. Each answer here is read from the engine at the time of the
 ``info()`` (model, capacities, policy) and ``stats()`` (running and waiting requests, KV tokens in
 use, cache counters). The shapes follow SGLang's (``num_running_reqs``, ``num_used_tokens``,
 ``model_path``, ...), so a gateway registers a kvflow worker under its model name and balances by
-real load. ``/flush_cache`` (GET or POST) drops every cached prefix through the engine's
+real load. ``POST /flush_cache`` drops every cached prefix through the engine's
 ``flush_cache()`` when it is idle and answers 400 ``server_busy`` while requests run (as SGLang
 does: a flush never takes KV from under a request). Failures use the server's OpenAI error shape.
 """
@@ -133,10 +133,10 @@ def worker_router(ctx: ServerContext) -> APIRouter:
                            code="engine_unhealthy", type="server_error") from None
         return {"status": "ok", "generated": True}
 
-    # POST (what smg fans out) takes no body, so only GET is documented: a bodiless POST in the
-    # schema would offer fuzzers nothing to send invalid.
+    # POST only (what smg fans out, without a body): a GET must not change state, or a link or an
+    # <img> on any web page would flush the cache. Bodiless, so it is left out of the schema: it
+    # would offer fuzzers nothing to send invalid.
     @router.api_route("/flush_cache", methods=["POST"], include_in_schema=False)
-    @router.api_route("/flush_cache", methods=["GET"])
     async def flush_cache() -> JSONResponse:
         flush = getattr(ctx.engine, "flush_cache", None)
         if flush is None:

@@ -64,6 +64,17 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _allowed_hosts(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """``--allowed-hosts`` for ``create_app``: ``None`` (any Host) for ``*``; unset, the loopback
+    names on a loopback bind (what DNS rebinding needs is another name) and any Host elsewhere."""
+    from backends.server.crosssite import LOOPBACK_HOSTS
+
+    given = getattr(args, "allowed_hosts", None)
+    if given is None:
+        return LOOPBACK_HOSTS if _is_loopback(args.host) else None
+    return None if given == ("*",) else given
+
+
 def _embedded_config(args: argparse.Namespace) -> Any:
     """The embedded engine's config from ``kvflow serve``'s flags (unset ones keep the engine's defaults)."""
     from backends.local import EngineConfig
@@ -115,7 +126,8 @@ def _run_server(args: argparse.Namespace, sock: Any) -> int:
         from backends.learn import TrafficLearner
 
         learner = TrafficLearner()
-    app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes, learner=learner)
+    app = create_app(engine, api_key=args.api_key, debug_routes=args.debug_routes, learner=learner,
+                     allowed_hosts=_allowed_hosts(args))
     print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
           f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead}, "
           f"learned hints {'off' if learner is None else 'on'})", file=sys.stderr, flush=True)

@@ -2,13 +2,16 @@
 
     kvflow serve --model {smollm2-135m,tiny-random,DIR} --device-tokens N --host-tokens M
                  --policy POLICY [--no-prefetch] [--prefetch-lookahead N] [--port P] [--host H] [--api-key K]
-                 [--debug-routes] [--no-learned-hints] [--engine {local,sglang,vllm}] [SGLANG OR VLLM FLAGS...]
+                 [--allowed-hosts NAME,...] [--debug-routes] [--learned-hints] [--engine {local,sglang,vllm}]
+                 [SGLANG OR VLLM FLAGS...]
 
-Requests that carry no kvflow hint get a learned one (agents, sessions and who follows whom,
-learned from the traffic: ``backends.learn``) unless ``--no-learned-hints``; a declared hint always
-wins. The embedded engine only, for now.
+With ``--learned-hints``, requests that carry no kvflow hint get a learned one (agents, sessions and
+who follows whom, learned from the traffic: ``backends.learn``); a declared hint always wins. The
+embedded engine only, for now.
 
-The server binds 127.0.0.1 unless ``--host`` says otherwise. With ``--engine sglang`` (``vllm``) every
+The server binds 127.0.0.1 unless ``--host`` says otherwise. On loopback it answers only requests
+whose Host header is a loopback name and refuses web pages of other hosts (``--allowed-hosts``:
+DNS rebinding and cross-site requests; see SECURITY.md). With ``--engine sglang`` (``vllm``) every
 flag this command does not know is handed to SGLang (vLLM) untouched, through
 ``backends.sglang_kvflow.launcher`` (``backends.vllm_kvflow.launcher``); with the embedded engine an
 unknown flag is an error. The engines come from a registry (:mod:`.engines`).
@@ -38,6 +41,16 @@ def _model(value: str) -> str:
                                      "nor a Hugging Face model directory")
 
 
+def _host_list(value: str) -> tuple[str, ...]:
+    """``--allowed-hosts``: comma-separated names, or ``*`` alone (any Host)."""
+    names = tuple(name.strip() for name in value.split(","))
+    if names == ("*",):
+        return names
+    if not all(names) or "*" in names:
+        raise argparse.ArgumentTypeError(f"must be host names separated by commas, or '*' alone; got {value!r}")
+    return names
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=_model, default="smollm2-135m",
                         help="smollm2-135m, tiny-random, or a Hugging Face model directory (default: smollm2-135m)")
@@ -58,7 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     parser.add_argument("--api-key", default=None, metavar="K",
-                        help="require 'Authorization: Bearer K' on every route but /health")
+                        help="require 'Authorization: Bearer K' on every route but /health (non-empty)")
+    parser.add_argument("--allowed-hosts", type=_host_list, default=None, metavar="NAME,...",
+                        help="names the Host header and a browser's Origin may carry (against DNS rebinding and "
+                             "cross-site requests); '*' accepts any Host (default: localhost,127.0.0.1,::1 when "
+                             "--host is loopback, '*' otherwise); embedded engine only")
     parser.add_argument("--debug-routes", action="store_true",
                         help="mount /kvflow/v1/debug/* (cache integrity check, hint-table size); off by default")
     parser.add_argument("--learned-hints", action=argparse.BooleanOptionalAction, default=False,
@@ -77,6 +94,17 @@ PASS_THROUGH_ARGS = True
 def main(args: argparse.Namespace) -> int:
     extra = list(getattr(args, "extra_argv", []))
     engine = get_engine(args.engine)
+    if args.api_key is not None:
+        from backends.server.auth import key_problem
+
+        problem = key_problem(args.api_key)
+        if problem is not None:  # refused here: a server with it would answer every route with an error
+            print(f"kvflow serve: --api-key: {problem}", file=sys.stderr)
+            return 2
+    if engine.external and args.allowed_hosts is not None:
+        print(f"kvflow serve: --allowed-hosts guards the embedded server; with --engine {args.engine} use that "
+              "server's own settings", file=sys.stderr)
+        return 2
     if engine.external and args.prefetch_lookahead is not None:
         print(f"kvflow serve: --prefetch-lookahead sets the embedded engine's brain; with --engine {args.engine} pass "
               "the plugin's own option (SGLang: --radix-eviction-policy-config '{\"prefetch_lookahead\": N}')",

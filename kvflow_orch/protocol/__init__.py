@@ -4,7 +4,7 @@ A leaf: it imports pydantic and the standard library only, so backends, servers 
 depend on it without loading the orchestrator.
 
 * :mod:`.wire` — :class:`KVFlowHint`, :class:`StepsUpdate`, where hints sit in request bodies, routes;
-* :mod:`.limits` — size limits and the one validator of ids and step maps;
+* :mod:`.limits` — size limits and the one validator of ids, step maps and ``cache_salt``;
 * :mod:`.errors` — :class:`HintError`, :class:`HintLocationError`;
 * :mod:`.sampling` — :class:`Sampling`, the sampling parameters of a call;
 * :mod:`.trace` — the record format of ``kvflow run --record``.
@@ -13,7 +13,8 @@ depend on it without loading the orchestrator.
 from __future__ import annotations
 
 from .errors import HintError, HintLocationError
-from .limits import DEFAULT_NAMESPACE, MAX_AGENTS, MAX_NAME_LEN, check_name, check_steps, steps_as_json
+from .limits import (DEFAULT_NAMESPACE, MAX_AGENTS, MAX_CACHE_SALT_LEN, MAX_NAME_LEN, check_cache_salt, check_name,
+                     check_steps, steps_as_json)
 from .sampling import Sampling
 from .trace import FORMAT_VERSION, CallRecord, NodeRecord, read_calls, write_calls
 from .wire import (CUSTOM_PARAMS, GENERATE_PARAMS, HINT_LOCATIONS, INFO_ROUTE, KV_TRANSFER_PARAMS,
@@ -23,6 +24,8 @@ from .wire import (CUSTOM_PARAMS, GENERATE_PARAMS, HINT_LOCATIONS, INFO_ROUTE, K
 __all__ = [
     "MAX_NAME_LEN",
     "MAX_AGENTS",
+    "MAX_CACHE_SALT_LEN",
+    "check_cache_salt",
     "DEFAULT_NAMESPACE",
     "STEPS_ROUTE",
     "INFO_ROUTE",

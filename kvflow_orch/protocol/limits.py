@@ -10,15 +10,20 @@ one; :func:`steps_as_json` writes the wire one.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Mapping
 
 from .errors import HintError
 
-__all__ = ["MAX_NAME_LEN", "MAX_AGENTS", "DEFAULT_NAMESPACE", "check_name", "check_steps", "steps_as_json"]
+__all__ = ["MAX_NAME_LEN", "MAX_AGENTS", "DEFAULT_NAMESPACE", "MAX_CACHE_SALT_LEN", "check_name", "check_steps",
+           "check_cache_salt", "steps_as_json"]
 
 MAX_NAME_LEN = 256
 MAX_AGENTS = 4096
 DEFAULT_NAMESPACE = "default"
+MAX_CACHE_SALT_LEN = 128
+"""``cache_salt`` (a request's top-level field, vLLM's name): vLLM 0.32's bound, and its characters."""
+_SALT_FORBIDDEN = frozenset("@/\\\0")
 
 
 def check_name(value: Any, what: str) -> str:
@@ -28,6 +33,20 @@ def check_name(value: Any, what: str) -> str:
         raise HintError(f"{what} must be a non-empty string")
     if len(value) > MAX_NAME_LEN:
         raise HintError(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LEN}")
+    return value
+
+
+def check_cache_salt(value: Any) -> str | None:
+    """``value`` if it is a valid ``cache_salt``: ``None``, or a non-empty string of at most
+    MAX_CACHE_SALT_LEN characters without ``@``, ``/``, ``\\`` or NUL (the rule vLLM applies, so a
+    salt one backend takes every backend takes). Requests with different salts never share cached
+    KV; ValueError otherwise, naming the field."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError("cache_salt must be a non-empty string")
+    if len(value) > MAX_CACHE_SALT_LEN or not _SALT_FORBIDDEN.isdisjoint(value):
+        raise ValueError(f"cache_salt must be at most {MAX_CACHE_SALT_LEN} characters, without '@', '/', '\\\\' or NUL")
     return value
 
 
@@ -49,13 +68,33 @@ def check_steps(steps: Any) -> dict[str, float]:
         if value is None:
             out[agent] = math.inf
             continue
-        # bool is an int subclass, but True steps is a caller's mistake, not 1.
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise HintError(f"steps.{agent} is {value!r}; expected a number >= 0 or null")
-        if value < 0:
-            raise HintError(f"steps.{agent} is {value}; steps-to-execution must be >= 0 or null")
-        out[agent] = float(value)
+        out[agent] = _step(agent, value)
     return out
+
+
+def _step(agent: str, value: Any) -> float:
+    # bool is an int subclass, but True steps is a caller's mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise HintError(f"steps.{agent} is {_shown(value)}; expected a number >= 0 or null")
+    if value < 0:
+        raise HintError(f"steps.{agent} is {_shown(value)}; steps-to-execution must be >= 0 or null")
+    try:
+        number = float(value)
+    except OverflowError:  # a JSON integer past float's range (1 followed by 400 zeros)
+        raise HintError(f"steps.{agent} is {_shown(value)}, past the largest number a step may be "
+                        f"({sys.float_info.max:.3g}); send null for 'not expected again'") from None
+    if math.isnan(number):
+        raise HintError(f"steps.{agent} is NaN; expected a number >= 0 or null")
+    return number
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message, cut short: a message never echoes a megabyte back (and
+    Python refuses to print integers of more than 4,300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def steps_as_json(steps: Mapping[str, float]) -> dict[str, int | float | None]:

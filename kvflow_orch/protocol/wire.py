@@ -55,7 +55,7 @@ _ROUTE_LOCATIONS = {"openai": CUSTOM_PARAMS, "responses": CUSTOM_PARAMS, "genera
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # no "yes" for True, no "1" for 1
 
     # ``steps`` in Python: agent -> float, ``math.inf`` for "not expected again" (what a tracker
     # gives). On the wire and in model_dump(): ``null`` for inf, JSON integers for integral values,

@@ -26,12 +26,13 @@ class Served(NamedTuple):
 
 
 @contextmanager
-def start_server(*, api_key: str | None = None, limits: ServerLimits | None = None, **config: Any) -> Iterator[Served]:
+def start_server(*, api_key: str | None = None, limits: ServerLimits | None = None,
+                 allowed_hosts: tuple[str, ...] | None = None, **config: Any) -> Iterator[Served]:
     settings = {"model": "tiny-random", "device_tokens": DEVICE_TOKENS, "host_tokens": HOST_TOKENS, **config}
     engine = Engine(EngineConfig.build(**settings))
     requests: list[tuple[str, GenerateRequest]] = []
     steps: list[StepsUpdate] = []
-    app = create_app(engine, api_key=api_key, limits=limits,
+    app = create_app(engine, api_key=api_key, limits=limits, allowed_hosts=allowed_hosts,
                      on_request=lambda route, req: requests.append((route, req)), on_steps=steps.append)
     with serve_in_thread(app) as running:
         yield Served(running.url, requests, steps)

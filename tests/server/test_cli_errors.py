@@ -127,3 +127,21 @@ def test_bench_sim_writes_under_the_current_directory_and_says_where(tmp_path) -
     out = tmp_path / "kvflow-results" / "synthetic"
     assert f"results go to {out}" in proc.stderr.splitlines()[0]
     assert (out / "results.json").is_file() and not (tmp_path / "benchmarks").exists()
+
+
+@pytest.mark.parametrize("key", ["", "   "])
+def test_an_empty_api_key_is_refused_before_the_model_loads(capsys, key: str) -> None:
+    # Such a key matches no Authorization header: the server would answer every route with an error.
+    for engine in ("local", "vllm"):
+        rc, err = _serve(capsys, "--model", "tiny-random", "--api-key", key, "--engine", engine)
+        assert rc == 2
+        assert _last_line(err) == ("kvflow serve: --api-key: the API key is empty; give a non-empty key, or none "
+                                   "to serve without one")
+        assert "loading" not in err
+
+
+def test_an_empty_api_key_is_refused_by_create_app() -> None:
+    from backends.server import create_app
+
+    with pytest.raises(ValueError, match="the API key is empty"):
+        create_app(object(), api_key="")  # type: ignore[arg-type]  # refused before the engine is looked at

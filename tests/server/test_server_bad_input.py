@@ -122,7 +122,7 @@ def test_body_over_the_size_limit_is_413(client: httpx.Client) -> None:
         for _ in range(6):
             yield b"x" * (1024 * 1024)
 
-    r = client.post("/kvflow/v1/steps", content=chunks())
+    r = client.post("/kvflow/v1/steps", content=chunks(), headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
     assert_no_leak(client)
 

@@ -40,3 +40,11 @@ def test_kv_transfer_params_hint_is_accepted_as_is_and_no_hint_means_no_change()
 def test_malformed_hints_name_the_field(body: dict, field: str) -> None:
     with pytest.raises(HintError, match=field):
         rewrite_body(body, "/v1/chat/completions", None)
+
+
+def test_cache_salt_reaches_vllm_untouched() -> None:
+    # vLLM keys its prefix-cache blocks by cache_salt itself (the first block's hash, chained on):
+    # the hint rewrite must hand the field on as sent, beside the moved hint.
+    body = attach_hint(_body(cache_salt="tenant-a"), HINT)
+    out = rewrite_body(body, "/v1/chat/completions", tokenizer=None)
+    assert out["cache_salt"] == "tenant-a" and out["kv_transfer_params"]["kvflow"]["agent"] == "coder"
