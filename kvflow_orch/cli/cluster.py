@@ -5,7 +5,10 @@
 For development and tests on one machine: every process binds 127.0.0.1. Serve flags
 (``--device-tokens``, ``--host-tokens``, ``--policy``, ``--no-prefetch``, ``--debug-routes``,
 ``--api-key``) go to every worker. It prints one line per worker (``worker I: URL``) and then
-``gateway: URL``, and runs until Ctrl-C or until a process exits; then it stops them all. In
+``gateway: URL``, and runs until Ctrl-C (or SIGTERM) or until the gateway exits; then it stops them all.
+A worker that exits is started again on its port (``--restart-delay`` doubling up to
+``--restart-max-delay`` while it keeps exiting); the gateway routes around it meanwhile and takes
+it back once it answers ``/health`` (one line on stderr for each exit, restart and return). In
 production each worker is ``kvflow serve`` (or ``--engine sglang``) on its own GPU and ``smg launch``
 runs in front. smg is an optional extra: ``pip install 'kvflow[smg]'``.
 
@@ -17,10 +20,9 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import time
 from typing import Any
 
-from ..harness.cluster import GATEWAY_POLICIES, find_smg, start_cluster
+from ..harness.cluster import GATEWAY_POLICIES, RestartPolicy, Supervisor, find_smg, start_cluster
 from . import serve
 from .startup import port_number, positive_int
 
@@ -40,6 +42,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="smg's routing policy (default: manual, sticky by the x-smg-routing-key header)")
     parser.add_argument("--startup-timeout", type=positive_int, default=300, metavar="S",
                         help="seconds to wait for the workers and the gateway (default: 300)")
+    default = RestartPolicy()
+    parser.add_argument("--restart-delay", type=_seconds, default=default.first_delay_s, metavar="S",
+                        help=f"seconds before a worker that exited starts again (default: {default.first_delay_s}); "
+                             "doubles with each exit in a row")
+    parser.add_argument("--restart-max-delay", type=_seconds, default=default.max_delay_s, metavar="S",
+                        help=f"the longest wait before a restart (default: {default.max_delay_s})")
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {value!r}") from None
+    if not 0 <= seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {value}")
+    return seconds
 
 
 def _serve_flags(args: argparse.Namespace) -> list[str]:
@@ -65,6 +83,10 @@ def _interrupt(signum: int, frame: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         flags = _serve_flags(args)
+        if args.restart_delay > args.restart_max_delay:
+            raise ValueError(f"--restart-delay ({args.restart_delay:g} s) exceeds --restart-max-delay "
+                             f"({args.restart_max_delay:g} s)")
+        policy = RestartPolicy(args.restart_delay, args.restart_max_delay)
     except ValueError as exc:
         print(f"kvflow cluster: {exc}", file=sys.stderr)
         return 2
@@ -81,10 +103,8 @@ def main(args: argparse.Namespace) -> int:
             for i, url in enumerate(cluster.workers):
                 print(f"worker {i}: {url}", flush=True)
             print(f"gateway: {cluster.gateway}", flush=True)
-            while all(proc.poll() is None for proc in cluster.processes):
-                time.sleep(0.5)
-            gone = [i for i, proc in enumerate(cluster.processes) if proc.poll() is not None]
-            print(f"kvflow cluster: process {gone[0]} exited; stopping the others", file=sys.stderr)
+            code = Supervisor(cluster, policy, log=sys.stderr).run()
+            print(f"kvflow cluster: the gateway exited with code {code}; stopping the workers", file=sys.stderr)
             return 1
     except KeyboardInterrupt:
         return 0

@@ -8,10 +8,11 @@ steps updates go to ``POST /kvflow/v1/steps``; a server naming only locations th
 know is a :class:`BackendError` at the first call. Anything
 else (404, not JSON) means a plain OpenAI-compatible server: no hints, no updates, one warning.
 
-Connection failures and 502/503/504 are retried ``retries`` times with exponential backoff; then
-a :class:`BackendError` names the URL. A read timeout is not retried (the server got the request).
-A reply that is not a chat completion is a :class:`BackendError` too (the runtime adds the node's
-name).
+Connection failures (a server that went away before replying included) and 502/503/504 are
+retried ``retries`` times with exponential backoff (:mod:`.retry`); then a :class:`BackendError`
+names the URL. That is safe because a chat call is not streamed: nothing of a failed attempt
+reached the caller. A read timeout is not retried. A reply that is not a chat completion is a
+:class:`BackendError` too (the runtime adds the node's name).
 """
 
 from __future__ import annotations
@@ -30,12 +31,11 @@ from .base import BackendError, LLMClient, LLMReply, Messages
 from .outbox import Outbox
 from .probe import InfoAnswer, PlainServerWarning, ServerProbe, read_info
 from .registry import register_backend
+from .retry import Retries
 
 __all__ = ["HttpConfig", "HttpClient", "json_object", "error_text", "parse_completion"]
 
 log = logging.getLogger("kvflow.runtime")
-
-_RETRY_STATUS = frozenset({502, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -161,26 +161,23 @@ class HttpClient(LLMClient):
         return await self._request("POST", "/v1/chat/completions", json=body, headers=headers)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        delay = self.config.backoff_s
-        for attempt in range(self.config.retries + 1):
-            last = attempt == self.config.retries
+        retries = Retries(f"{method} {self.name}{path}", self.config.retries, self.config.backoff_s)
+        while True:
             try:
                 response = await self._http.request(method, path, **kwargs)
             except httpx.TransportError as exc:  # includes every timeout
-                # A read timeout means the server has the request and is still on it: a retry
-                # would double its work and multiply the wait by retries + 1.
-                if last or isinstance(exc, httpx.ReadTimeout):
+                wait = retries.wait_after(exc)
+                if wait is None:
                     raise BackendError(
                         self.name,
-                        f"{method} {path} failed after {attempt + 1} attempts: "
-                        f"{type(exc).__name__}: {exc or 'no reply'}",
+                        f"{method} {path} failed after {retries.attempts} attempts: {type(exc).__name__}: "
+                        f"{exc or 'no reply'}",
                     ) from exc
             else:
-                if response.status_code not in _RETRY_STATUS or last:
+                wait = retries.wait_after(response)
+                if wait is None:
                     return response
-            await asyncio.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
+            await asyncio.sleep(wait)
 
     # ------------------------------------------------------------------ steps
     def send_steps(self, update: StepsUpdate) -> None:

@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..clients.gateway import Routing, workers_from_listing
-from ..clients.http import json_object
+from ..clients.gateway import GatewayConfig, Routing, workers_from_listing
+from ..clients.http import HttpConfig, json_object
 from ..clients.probe import InfoAnswer, PlainServerWarning, ServerProbe, read_info, read_worker_infos, workers_unknown
 from ..clients.steps_router import StepsRouter
 from ..protocol import CUSTOM_PARAMS, INFO_ROUTE, HintLocationError
@@ -78,6 +78,10 @@ class Backend:
             raise ValueError(f"routing must be 'workflow', 'agent' or 'none', got {routing!r}")
         self.routing: Routing | None = (routing or "agent") if self.gateway else None
         """The routing header's grouping (None: not a gateway, no header)."""
+        defaults = GatewayConfig if self.gateway else HttpConfig
+        self.retries: int = defaults.retries
+        self.backoff_s: float = defaults.backoff_s
+        """How the transport retries a hinted request that failed before any answer (as the clients do)."""
         self.url = _server_root(url) if url else None
         self._api_key = os.environ.get("KVFLOW_API_KEY") or None
         self._headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else None

@@ -10,6 +10,11 @@ requests to a server without ``/kvflow/v1/info``; the hint goes where the server
 routing header (``x-smg-routing-key``, grouped as the backend's ``routing`` says) and the worker
 the gateway names in ``x-smg-routed-worker-id`` is reported to the backend's steps router.
 
+A request the transport hints is sent again when it failed before any of its answer reached the
+caller (the connection failed or closed, or a 502/503/504: a worker lost mid-request, a gateway
+with no worker left), as kvflow's own clients do (:mod:`kvflow_orch.clients.retry`; the backend's
+``retries`` and ``backoff_s``). A response handed on, a streamed one included, is never retried.
+
 Known gap: a ``ThreadPoolExecutor`` created inside a node does not copy the context; use
 ``langchain_core.runnables.config.ContextThreadPoolExecutor`` (or ``contextvars.copy_context()``).
 """
@@ -18,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import httpx
 from langchain_core.runnables.config import var_child_runnable_config
 
 from ..clients.gateway import ROUTING_HEADER, WORKER_HEADER, routing_key
+from ..clients.retry import Retries
 from ..protocol import KVFlowHint, attach_hint
 from ._callbacks import KVFlowCallbackHandler
 
@@ -90,6 +97,10 @@ def _report_worker(handler: KVFlowCallbackHandler, hint: KVFlowHint | None, resp
         handler.backend.served_by(hint.namespace, hint.workflow_id, worker)  # type: ignore[union-attr]
 
 
+def _retries(request: httpx.Request, handler: KVFlowCallbackHandler) -> Retries:
+    return Retries(f"{request.method} {request.url}", handler.backend.retries, handler.backend.backoff_s)
+
+
 def _fixed_prefix(hint: KVFlowHint, body: dict[str, Any]) -> KVFlowHint:
     """The fixed prompt is the leading system/developer messages (None for a raw prompt)."""
     messages = body.get("messages")
@@ -113,7 +124,20 @@ class KVFlowTransport(httpx.BaseTransport):
         if found is None or not found[0].backend.supports_hints(str(request.url)):
             return self._inner.handle_request(request)
         request, hint = _with_hint(request, *found)
-        response = self._inner.handle_request(request)
+        retries = _retries(request, found[0])
+        while True:
+            try:
+                response = self._inner.handle_request(request)
+            except httpx.TransportError as exc:
+                wait = retries.wait_after(exc)
+                if wait is None:
+                    raise
+            else:
+                wait = retries.wait_after(response)
+                if wait is None:
+                    break
+                response.close()
+            time.sleep(wait)
         _report_worker(found[0], hint, response)
         return response
 
@@ -138,7 +162,20 @@ class AsyncKVFlowTransport(httpx.AsyncBaseTransport):
         if not known:
             return await self._inner.handle_async_request(request)
         request, hint = _with_hint(request, *found)
-        response = await self._inner.handle_async_request(request)
+        retries = _retries(request, found[0])
+        while True:
+            try:
+                response = await self._inner.handle_async_request(request)
+            except httpx.TransportError as exc:
+                wait = retries.wait_after(exc)
+                if wait is None:
+                    raise
+            else:
+                wait = retries.wait_after(response)
+                if wait is None:
+                    break
+                await response.aclose()
+            await asyncio.sleep(wait)
         _report_worker(found[0], hint, response)
         return response
 

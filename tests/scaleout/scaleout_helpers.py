@@ -14,7 +14,7 @@ import pytest
 
 from backends.local import Engine, EngineConfig
 from backends.server import create_app, serve_in_thread
-from kvflow_orch.harness.cluster import HOST, free_port, find_smg
+from kvflow_orch.harness.cluster import GATEWAY_FAULT_FLAGS, HOST, free_port, find_smg
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 SMG_MISSING = "smg (SGLang's model gateway) is not installed: pip install 'kvflow[smg]' (bash .ci/setup-smg)"
@@ -56,8 +56,7 @@ def smg_gateway(worker_urls: list[str], policy: str = "manual") -> Iterator[str]
     url = f"http://{HOST}:{port}"
     proc = subprocess.Popen(
         [smg, "launch", "--host", HOST, "--port", str(port), "--worker-urls", *worker_urls, "--policy", policy,
-         "--prometheus-host", HOST, "--prometheus-port", str(free_port()), "--health-check-interval-secs", "1",
-         "--health-failure-threshold", "1", "--log-level", "warn"],
+         "--prometheus-host", HOST, "--prometheus-port", str(free_port()), *GATEWAY_FAULT_FLAGS, "--log-level", "warn"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

@@ -40,6 +40,11 @@ def _pipeline(calls: int) -> Workflow:
     (["--workers", "2", "--model", "tiny-random", "--policy", "nope"], "argument --policy: invalid choice: 'nope'"),
     (["--workers", "2", "--model", "tiny-random", "--device-tokens", "-1"], "--device-tokens"),
     (["--workers", "2", "--model", "tiny-random", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--workers", "2", "--model", "tiny-random", "--restart-delay", "-1"],
+     "argument --restart-delay: must be a number of seconds >= 0, got -1"),
+    (["--workers", "2", "--model", "tiny-random", "--restart-max-delay", "nan"], "argument --restart-max-delay"),
+    (["--workers", "2", "--model", "tiny-random", "--restart-delay", "5", "--restart-max-delay", "1"],
+     "--restart-delay (5 s) exceeds --restart-max-delay (1 s)"),
 ])
 def test_bad_flags_are_refused_before_anything_starts(argv: list[str], message: str) -> None:
     done = subprocess.run([*KVFLOW, "cluster", *argv], capture_output=True, text=True, timeout=60)
