@@ -15,7 +15,11 @@ messages it shares with the agent's previous call. Then, per call:
 * ``before`` = ``prompt_tokens`` minus the tokens of the new turns and the generation prompt (what
   the agent had already sent: system prompt, tools, earlier turns, and any per-call text the server
   adds; the same rendering of new turns for both roots, so the denominators agree);
-* ``cached_before`` = ``min(cached_tokens, before)``.
+* ``cached_before`` = ``min(cached_tokens, new_turns_start)``, where ``new_turns_start`` is the
+  token position of the first new turn in the prompt as that root's code renders it (checked
+  against the server's ``prompt_tokens``): cached text after it (a shared start of the new turn)
+  does not count, and per-call text the server puts after the conversation can never be counted
+  cached (the base commit's tool block, this one's ``tool_choice`` note).
 
 It prints, per app, the sum of ``cached_before`` over the sum of ``before`` for repeat calls whose
 new turns start with a user message (the target's case) and for all repeat calls, before and after,
@@ -48,7 +52,7 @@ from framework_runs import free_port, run_app, venv_python  # noqa: E402
 
 from backends.server import openai_models as api  # noqa: E402
 from backends.server import responses_models as rm  # noqa: E402
-from backends.server.tool_calls import ChatPlan, render_messages  # noqa: E402
+from backends.server import tool_calls  # noqa: E402
 
 APPS = {  # name -> (app script, venv, arguments)
     "openai_agents_chat": ("openai_agents_app", "frameworks", ("--api", "chat")),
@@ -106,10 +110,18 @@ def recording_proxy(upstream: str) -> Iterator[tuple[str, list[dict[str, Any]]]]
 
 
 # ---- what a call shares with its agent's previous one -----------------------------------
-def _conversation(path: str, body: dict[str, Any]) -> list[api.ChatMessage]:
+# Run under the measured root's code (``--analyse``): the prompt is rendered as that code renders it.
+def _conversation(path: str, body: dict[str, Any]) -> tuple[list[api.ChatMessage], Any]:
     if path.endswith("/responses"):
-        return rm.conversation(rm.ResponsesRequest.model_validate(body))
-    return api.ChatCompletionRequest.model_validate(body).messages
+        request = rm.ResponsesRequest.model_validate(body)
+        return rm.conversation(request), rm.plan_response(request)
+    request = api.ChatCompletionRequest.model_validate(body)
+    return request.messages, tool_calls.plan_chat(request)
+
+
+def _rendered(history: list[api.ChatMessage], plan: Any) -> list[dict[str, str]]:
+    rendered = tool_calls.render_messages(history, plan)
+    return rendered.messages if hasattr(rendered, "messages") else rendered  # the base commit returns the list
 
 
 def _agent(path: str, body: dict[str, Any], messages: list[api.ChatMessage]) -> str:
@@ -119,28 +131,35 @@ def _agent(path: str, body: dict[str, Any], messages: list[api.ChatMessage]) -> 
 
 
 def repeat_calls(records: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
-    """Every repeat call with usage: its ``before``, ``cached_before`` and whether its new turns
-    start with a user message (see the module docstring)."""
+    """Every repeat call with usage: ``before``, ``cached_before`` (see the module docstring) and
+    whether its new turns start with a user message."""
     previous: dict[str, list[dict[str, str]]] = {}
     calls = []
     for record in records:
-        messages = _conversation(record["path"], record["body"])
-        plain = render_messages(messages, ChatPlan()).messages  # the turns without any tools text
-        agent = _agent(record["path"], record["body"], messages)
+        history, plan = _conversation(record["path"], record["body"])
+        plain = _rendered(history, tool_calls.ChatPlan())  # the client's turns, no tools text
+        agent = _agent(record["path"], record["body"], history)
         last, previous[agent] = previous.get(agent), plain
         if last is None or record["usage"] is None:
             continue
         shared = 0
         while shared < min(len(last), len(plain)) and last[shared] == plain[shared]:
             shared += 1
-        new = plain[shared:]
-        if not new:
+        if shared == len(plain):
             continue  # the same conversation again (a framework's retry, or its streamed twin)
         prompt_tokens, cached = record["usage"]
-        new_tokens = len(tokenizer.encode(tokenizer.render_chat(new, add_generation_prompt=True)))
+        rendered = _rendered(history, plan)
+        if len(tokenizer.encode_chat(rendered).input_ids) != prompt_tokens:
+            raise SystemExit(f"the prompt rendered here is not the one the server counted ({prompt_tokens} tokens)")
+        # the rendered messages are the client's, maybe after a tools message of their own (and
+        # before a trailing one): the new turns start `lead` messages further on
+        lead = 1 if rendered[1:len(plain) + 1] == plain else 0
+        new_start = len(tokenizer.encode(tokenizer.render_chat(rendered[:shared + lead], add_generation_prompt=False)))
+        new_tokens = len(tokenizer.encode(tokenizer.render_chat(plain[shared:], add_generation_prompt=True)))
         before = prompt_tokens - new_tokens
-        calls.append({"agent": agent, "before": before, "cached_before": min(cached, before),
-                      "prompt_tokens": prompt_tokens, "cached_tokens": cached, "new_user_turn": new[0]["role"] == "user"})
+        calls.append({"agent": agent, "before": before, "cached_before": min(cached, new_start),
+                      "new_turns_start": new_start, "prompt_tokens": prompt_tokens, "cached_tokens": cached,
+                      "new_user_turn": plain[shared]["role"] == "user"})
     return calls
 
 
@@ -154,7 +173,6 @@ def _ratio(calls: list[dict[str, Any]]) -> dict[str, Any]:
 # ---- one run ----------------------------------------------------------------------------
 def measure(root: Path, app: str, model: str, sessions: int, log: Path) -> dict[str, Any]:
     """Serve from ``root``, run ``app`` through the proxy, and summarise its repeat calls."""
-    from backends.local.model.loader import read_source  # the served model's tokenizer
     from backends.vllm_kvflow.launcher import running
 
     script, venv, args = APPS[app]
@@ -168,20 +186,34 @@ def measure(root: Path, app: str, model: str, sessions: int, log: Path) -> dict[
     with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=root, timeout_s=600) as url:
         with recording_proxy(url) as (proxy, records):
             run_app(python, script, proxy + "/v1", *args, "--sessions", str(sessions), timeout_s=3600)
-    calls = repeat_calls(records, read_source(model)[2])
+    saved = log.with_suffix(".records.json")
+    saved.write_text(json.dumps(records))
+    analysed = subprocess.run([sys.executable, __file__, "--analyse", str(saved), "--model", model], env=env,
+                              capture_output=True, text=True)
+    if analysed.returncode != 0:
+        raise SystemExit(f"analysing {saved} under {root} failed:\n{analysed.stderr[-4000:]}")
+    calls = json.loads(analysed.stdout)
     return {"requests": len(records), "new_user_turn": _ratio([c for c in calls if c["new_user_turn"]]),
             "all_repeat": _ratio(calls), "calls": calls}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--before-root", type=Path, required=True, help="a checkout of the base commit")
+    parser.add_argument("--before-root", type=Path, help="a checkout of the base commit (required)")
     parser.add_argument("--after-root", type=Path, default=ROOT)
     parser.add_argument("--apps", default=",".join(APPS))
     parser.add_argument("--sessions", type=int, default=3)
     parser.add_argument("--model", default="tiny-random")
     parser.add_argument("--out", type=Path, default=None, help="write tools_prefix.json here")
+    parser.add_argument("--analyse", type=Path, default=None, help=argparse.SUPPRESS)  # the per-root step
     args = parser.parse_args()
+    if args.analyse is not None:
+        from backends.local.model.loader import read_source  # the served model's tokenizer
+
+        print(json.dumps(repeat_calls(json.loads(args.analyse.read_text()), read_source(args.model)[2])))
+        return
+    if args.before_root is None:
+        parser.error("--before-root is required")
     print(f"load: {os.getloadavg()}  model: {args.model}  sessions: {args.sessions}", flush=True)
     results: dict[str, Any] = {"model": args.model, "sessions": args.sessions, "apps": {}}
     with tempfile.TemporaryDirectory() as tmp:

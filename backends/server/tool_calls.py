@@ -166,8 +166,8 @@ def _tools_prompt(tools: list[ToolSpec]) -> str:
 
 def _choice_note(mode: str, named: bool) -> str | None:
     if named:
-        return f"Reply with a call of {mode}."
-    return "Reply with a call of one of the tools." if mode == "required" else None
+        return f"Call {mode} now."
+    return "Call a tool now." if mode == "required" else None
 
 
 class RenderedChat(NamedTuple):
