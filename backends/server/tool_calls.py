@@ -13,7 +13,7 @@ by constrained decoding (:class:`~backends.base.Constraint`):
   block lists every tool and both reply forms whatever ``tool_choice`` says, so an agent whose
   choice changes between calls (the Agents SDK resets ``required`` to ``auto`` after a call) keeps
   its prefix; what this one reply must be (``required``, a named tool) is said in a short system
-  note after the conversation, where it costs no cached token.
+  note after the conversation, where it leaves the prefix alone.
 * The reply is a JSON *envelope* the grammar enforces: ``{"name": <tool>, "arguments": {...}}`` (a
   call; ``arguments`` valid against the tool's ``parameters``) or, with ``tool_choice="auto"`` only,
   ``{"content": "<text>"}`` (a plain answer). ``"required"`` allows any tool, a named choice that tool
