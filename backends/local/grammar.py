@@ -118,6 +118,11 @@ def _parser_message(exc: Exception) -> str:
 # would be off. Bounded strings therefore take printable ASCII and U+0100 upwards (no surrogates).
 _LOOSE_CHAR = '[^\\"\\\\\\r\\n]'
 _JSON_CHAR = '[ !#-\\[\\]-\\x7f\\u0100-\\uD7FF\\uE000-\\U0010FFFF]'
+# Its \uXXXX escape takes any four hex digits, a lone surrogate too ("\udfcb"): valid JSON
+# text, but no Unicode string, so clients that re-encode the parsed value (the OpenAI Agents SDK
+# fingerprints tool arguments as UTF-8) fail. Escapes therefore stop short of U+D800..U+DFFF.
+_ANY_ESCAPE = '("u" [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9])'
+_NO_SURROGATE = '("u" (([0-9A-Ca-cEeFf] [A-Fa-f0-9]) | ([Dd] [0-7])) [A-Fa-f0-9] [A-Fa-f0-9])'
 
 
 def _json_grammar(schema: str) -> str:
@@ -125,7 +130,7 @@ def _json_grammar(schema: str) -> str:
     import xgrammar as xgr
 
     grammar = xgr.Grammar.from_json_schema(schema, any_whitespace=False, separators=(",", ":"))
-    return str(grammar).replace(_LOOSE_CHAR, _JSON_CHAR)
+    return str(grammar).replace(_LOOSE_CHAR, _JSON_CHAR).replace(_ANY_ESCAPE, _NO_SURROGATE)
 
 
 class TokenGrammar:

@@ -62,7 +62,7 @@ def encode_conversation(ctx: ServerContext, history: list[api.ChatMessage], hint
     if fixed is not None and fixed > len(history):
         raise APIError(400, f"custom_params.kvflow.fixed_prefix: {fixed} exceeds the {len(history)} "
                        "messages sent", code="invalid_hint", param="custom_params.kvflow.fixed_prefix")
-    messages = tool_calls.render_messages(history, plan)
+    messages, fixed = tool_calls.render_messages(history, plan, fixed)
     return checked_encoding(lambda: ctx.engine.tokenizer.encode_chat(messages, fixed_messages=fixed))
 
 

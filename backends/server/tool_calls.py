@@ -4,8 +4,16 @@ a tool-call template.
 The embedded engine has no model-specific tool format, so tools work the same way for every model,
 by constrained decoding (:class:`~backends.base.Constraint`):
 
-* The tools are described to the model in one system message appended after the conversation (after
-  the hint's fixed prefix, so cache hits are unchanged).
+* The tools are described where they stay the same across an agent's calls: at the end of its system
+  prompt (the first message, when it is a ``system`` or ``developer`` one), else in a system message
+  of their own before the conversation. That is where tool-aware chat templates put them (Qwen2.5
+  appends a ``# Tools`` block to the system message; Hermes opens with one), and what prefix caching
+  needs: the tools are part of the agent's cached prefix, and of its fixed prefix (a declared
+  ``fixed_prefix`` that covers the system prompt covers them; the learned rule sees them recur). The
+  block lists every tool and both reply forms whatever ``tool_choice`` says, so an agent whose
+  choice changes between calls (the Agents SDK resets ``required`` to ``auto`` after a call) keeps
+  its prefix; what this one reply must be (``required``, a named tool) is said in a short system
+  note after the conversation, where it leaves the prefix alone.
 * The reply is a JSON *envelope* the grammar enforces: ``{"name": <tool>, "arguments": {...}}`` (a
   call; ``arguments`` valid against the tool's ``parameters``) or, with ``tool_choice="auto"`` only,
   ``{"content": "<text>"}`` (a plain answer). ``"required"`` allows any tool, a named choice that tool
@@ -28,16 +36,17 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from backends.base import Constraint
 from backends.server import openai_models as api
 from backends.server import schemas
 from backends.server.errors import APIError
 
-__all__ = ["ChatPlan", "ToolSpec", "OutputFormat", "plan", "plan_chat", "render_messages", "parse_reply",
-           "ToolCallStream"]
+__all__ = ["ChatPlan", "ToolSpec", "OutputFormat", "RenderedChat", "plan", "plan_chat", "render_messages",
+           "parse_reply", "ToolCallStream"]
 
+_SYSTEM_ROLES = ("system", "developer")
 _CALL_HEAD = re.compile(r'^\{"name":("(?:[^"\\]|\\.)*"),"arguments":')
 
 
@@ -47,7 +56,10 @@ class ChatPlan:
 
     constraint: Constraint | None = None
     tools_prompt: str | None = None
-    """A system message to append after the conversation (tools described to the model)."""
+    """The tools described to the model: the same text for every choice but ``none``; it goes at
+    the end of the system prompt."""
+    choice_note: str | None = None
+    """What this reply must be (a call, of which tool), as a system note after the conversation."""
     envelope: bool = False
     constraint_param: str | None = None
     """The request field a grammar error is blamed on (the schema's field, or ``tools``)."""
@@ -129,8 +141,8 @@ def plan(tools: list[ToolSpec], choice: ToolChoice, fmt: OutputFormat | None, *,
         options.insert(0, {"type": "object", "properties": {"content": {"type": "string"}}, "required": ["content"],
                            "additionalProperties": False})
     schema = {**(options[0] if len(options) == 1 else {"anyOf": options}), "$defs": defs}
-    return ChatPlan(Constraint("json_schema", json.dumps(schema)), _tools_prompt(callable_, mode == "auto"), True,
-                    constraint_param="tools")
+    return ChatPlan(Constraint("json_schema", json.dumps(schema)), _tools_prompt(tools), _choice_note(mode, named),
+                    True, constraint_param="tools")
 
 
 def plan_chat(body: api.ChatCompletionRequest) -> ChatPlan:
@@ -145,17 +157,29 @@ def plan_chat(body: api.ChatCompletionRequest) -> ChatPlan:
     return plan(tools, choice.function.name if named else choice, output, named=named)  # type: ignore[union-attr]
 
 
-def _tools_prompt(tools: list[ToolSpec], may_answer: bool) -> str:
+def _tools_prompt(tools: list[ToolSpec]) -> str:
     described = [{"name": t.name, "description": t.description or "", "parameters": t.parameters or {}} for t in tools]
-    text = ("You can call these tools:\n" + json.dumps(described) + "\nTo call one, reply with only "
-            '{"name": <tool name>, "arguments": <its arguments>}.')
-    if may_answer:
-        text += ' To answer without a tool, reply with only {"content": <your answer>}.'
-    return text
+    return ("You can call these tools:\n" + json.dumps(described) + "\nTo call one, reply with only "
+            '{"name": <tool name>, "arguments": <its arguments>}. To answer without a tool, reply with only '
+            '{"content": <your answer>}.')
 
 
-def render_messages(history: list[api.ChatMessage], plan: ChatPlan) -> list[dict[str, str]]:
-    """``history`` as plain ``{"role", "content"}`` dicts for the chat template."""
+def _choice_note(mode: str, named: bool) -> str | None:
+    if named:
+        return f"Call {mode} now."
+    return "Call a tool now." if mode == "required" else None
+
+
+class RenderedChat(NamedTuple):
+    messages: list[dict[str, str]]
+    """Plain ``{"role", "content"}`` dicts for the chat template."""
+    fixed_messages: int | None
+    """The declared fixed prefix counted in ``messages`` (a tools message of its own is inside it)."""
+
+
+def render_messages(history: list[api.ChatMessage], plan: ChatPlan, fixed_messages: int | None = None) -> RenderedChat:
+    """``history`` for the chat template, the tools after the system prompt; ``fixed_messages``
+    (the hint's ``fixed_prefix``, counted in ``history``) mapped onto the rendered messages."""
     messages = []
     for m in history:
         content = m.text()
@@ -164,8 +188,15 @@ def render_messages(history: list[api.ChatMessage], plan: ChatPlan) -> list[dict
             content = "\n".join(filter(None, [content, *calls]))
         messages.append({"role": "tool" if m.role == "function" else m.role, "content": content})
     if plan.tools_prompt is not None:
-        messages.append({"role": "system", "content": plan.tools_prompt})
-    return messages
+        if messages and messages[0]["role"] in _SYSTEM_ROLES:
+            system = messages[0]["content"]
+            messages[0] = {**messages[0], "content": f"{system}\n\n{plan.tools_prompt}" if system else plan.tools_prompt}
+        else:
+            messages.insert(0, {"role": "system", "content": plan.tools_prompt})
+            fixed_messages = None if fixed_messages is None else fixed_messages + 1
+    if plan.choice_note is not None:
+        messages.append({"role": "system", "content": plan.choice_note})
+    return RenderedChat(messages, fixed_messages)
 
 
 def _history_call(call: api.ToolCall) -> str:

@@ -48,3 +48,21 @@ def test_app_completes_with_no_error_answer(server: str, app: str, venv: str, ar
     reached = {path for (method, path, _) in answered if method == "POST"}
     assert routes <= reached, f"{app} never reached {routes - reached}: {answered}"
     assert run.summary["outcomes"], run.summary
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_openai_agents_repeat_calls_find_their_tools_cached(server: str, api: str) -> None:
+    """Issue 24's "tools cached" target on the unmodified triage app (a handoff tool, a function
+    tool): a repeat call of an agent with a new user turn finds >= 90% of the tokens before that
+    turn cached, by the server's own ``cached_tokens``."""
+    from backends.local.model.loader import read_source
+    from cache_records import cached_share, recording_proxy, repeat_calls
+
+    python = venv_python("frameworks")
+    if python is None:
+        pytest.skip(f"the frameworks venv is not built ({SETUP} builds it)")
+    with recording_proxy(server) as (proxy, records):
+        run_app(python, "openai_agents_app", proxy + "/v1", "--api", api, "--sessions", "2")
+    calls = [c for c in repeat_calls(records, read_source("tiny-random")[2]) if c["new_user_turn"]]
+    share = cached_share(calls)
+    assert share["calls"] >= 2 and share["ratio"] >= 0.9, share

@@ -70,3 +70,15 @@ async def test_unconstrained_greedy_output_is_unchanged_after_constrained_reques
     assert (await engine.generate(plain)).output_ids == before
     stats = engine.stats()
     assert stats["device_held"] == 0 and stats["running"] == 0
+
+
+@pytest.mark.parametrize("escape,accepted", [("\\u00e9", True), ("\\ud7ff", True), ("\\ue000", True),
+                                             ("\\udfcb", False), ("\\uD800", False)])
+def test_string_escapes_stop_short_of_lone_surrogates(engine, escape, accepted):
+    """A lone surrogate escape is JSON but no text: a client re-encoding the string would fail."""
+    import xgrammar as xgr
+
+    constraint = Constraint("json_schema", json.dumps({"type": "object", "properties": {"a": {"type": "string"}},
+                                                       "required": ["a"]}))
+    matcher = xgr.GrammarMatcher(Grammars(engine.tokenizer, engine.model_config.vocab_size).compile(constraint))
+    assert matcher.accept_string('{"a":"x' + escape + '"}') is accepted
