@@ -190,7 +190,8 @@ def render_messages(history: list[api.ChatMessage], plan: ChatPlan, fixed_messag
     if plan.tools_prompt is not None:
         if messages and messages[0]["role"] in _SYSTEM_ROLES:
             system = messages[0]["content"]
-            messages[0] = {**messages[0], "content": f"{system}\n\n{plan.tools_prompt}" if system else plan.tools_prompt}
+            content = f"{system}\n\n{plan.tools_prompt}" if system else plan.tools_prompt
+            messages[0] = {**messages[0], "content": content}
         else:
             messages.insert(0, {"role": "system", "content": plan.tools_prompt})
             fixed_messages = None if fixed_messages is None else fixed_messages + 1

@@ -4,8 +4,9 @@ call of an agent it found cached before the call's new turns (issue 24's "tools 
 :func:`recording_proxy` sits between the app and the server and records every generation request's
 body and the usage its reply reported (``prompt_tokens``, ``cached_tokens``; streamed replies too).
 :func:`repeat_calls` reads the records: an agent is the route plus its system prompt and its tools
-(a tool set that changes, as CrewAI's manager's does per task, is another agent's); a call is a *repeat call* when that agent called before, and its *new turns* are the messages
-after the longest run of messages it shares with the agent's previous call. Per call:
+(a tool set that changes, as CrewAI's manager's does per task, is another agent's); a call is a
+*repeat call* when that agent called before, and its *new turns* are the messages after the longest
+run of messages it shares with the agent's previous call. Per call:
 
 * ``before`` = ``prompt_tokens`` minus the tokens of the new turns and the generation prompt (what
   the agent had already sent: system prompt, tools, earlier turns, and any per-call text the server

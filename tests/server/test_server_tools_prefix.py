@@ -68,7 +68,8 @@ def test_repeat_call_caches_system_prompt_and_tools(sdk: openai.OpenAI, served: 
                                                     first: Any, second: Any, stream: bool) -> None:
     tag = f"{json.dumps(first)}-{json.dumps(second)}-{stream}"  # a system prompt of its own per case
     system = {"role": "system", "content": f"{SYSTEM} ({tag})"}
-    ids1, _, _ = _call(sdk, served, [system, {"role": "user", "content": "What is the weather in Oslo?"}], first, stream)
+    question = {"role": "user", "content": "What is the weather in Oslo?"}
+    ids1, _, _ = _call(sdk, served, [system, question], first, stream)
     new_turn = "And what time is it in Lima?"
     ids2, cached, _ = _call(sdk, served, [system, {"role": "user", "content": new_turn}], second, stream)
     before = _turn_start(ids2, "user", new_turn)
@@ -101,7 +102,8 @@ def test_declared_fixed_prefix_covers_the_tools(sdk: openai.OpenAI, served: Serv
         fixed = hint if messages[0]["role"] == "system" else {**hint, "fixed_prefix": 0}
         ids, _, _ = _call(sdk, served, messages, "auto", False, extra_body={"custom_params": {"kvflow": fixed}})
         greq = served.requests[-1][1]
-        assert greq.fixed_prefix_tokens == _turn_start(ids, "user", question), "the fixed prefix stops short of the tools"
+        assert greq.fixed_prefix_tokens == _turn_start(ids, "user", question), \
+            "the fixed prefix stops short of the tools"
 
 
 def test_learned_fixed_prefix_covers_the_tools(sdk: openai.OpenAI, served: Served) -> None:
