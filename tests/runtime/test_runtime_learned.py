@@ -31,8 +31,13 @@ def test_router_decisions_are_learned_and_hints_carry_expected_steps(server):
     assert qa[0] == {"pm": None, "eng": 2, "qa": 0}
     assert qa[-1]["eng"] == pytest.approx(2 * 13 / 12, rel=1e-5)
     assert qa[5]["eng"] == 2 and qa[8]["eng"] > qa[-1]["eng"] > 2  # 8 fixes in a row are significant, 5 not yet
+    # Steps updates while count decides carry eng 1 step away at the p(eng) = k/(k+1) learned so far.
+    # The outbox coalesces updates per workflow, and the run's done can replace the last of them, so
+    # which k survive depends on timing: every one that does must be such a learned value.
     updates = [u["steps"] for u in server.steps_updates() if not u["done"]]
-    assert updates[-1]["eng"] == pytest.approx(1 * 13 / 12, rel=1e-5)  # while count decides: eng 1 step, p 12/13
+    learning = [u["eng"] for u in updates if 1 < u["eng"] < 2]
+    learned = [(k + 1) / k for k in range(1, 13)]
+    assert learning and all(any(e == pytest.approx(v, rel=1e-5) for v in learned) for e in learning), learning
     before = len(server.hints())
     run(review_loop(rounds=3), {"idea": "y"}, backend=server.url, branch_stats=stats)
     hints = [(h["agent"], h["steps"]) for h in server.hints()[before:]]
