@@ -9,12 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from typing import Iterator
 
 import httpx
 import pytest
+from process_tree import wait_healthy
 
 openai = pytest.importorskip("openai")
 
@@ -39,16 +39,7 @@ def kvflow_serve(*flags: str) -> Iterator[str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "kvflow serve did not come up"
-            time.sleep(0.2)
+        wait_healthy(proc, url, 120, "kvflow serve")
         yield url
     finally:
         proc.send_signal(signal.SIGINT)

@@ -9,10 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
+from process_tree import wait_healthy
 
 from kvflow_orch import cli
 
@@ -47,16 +47,7 @@ def test_kvflow_serve_runs_binds_loopback_and_applies_flags() -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "kvflow serve did not come up"
-            time.sleep(0.2)
+        wait_healthy(proc, url, 90, "kvflow serve")
         assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1, nothing else
         auth = {"authorization": "Bearer k"}
         assert httpx.get(f"{url}/kvflow/v1/info").status_code == 401
