@@ -116,8 +116,12 @@ def _parser_message(exc: Exception) -> str:
 # Its byte matcher also reads a byte that is not valid UTF-8 (a surrogate, an overlong form, a lone
 # lead byte) as one character U+0080..U+00FF, which Python decodes as one or more U+FFFD: the length
 # would be off. Bounded strings therefore take printable ASCII and U+0100 upwards (no surrogates).
+# A range that crosses a UTF-8 lead-byte boundary is matched loosely too: U+0100..U+D7FF in one
+# range let the overlong E0 80 80 in (three U+FFFD, a maxLength overrun seen in CI), so the ranges
+# are split where the lead byte's second-byte limits change (E0, E1..EC, ED, EE..EF, F0..F4).
 _LOOSE_CHAR = '[^\\"\\\\\\r\\n]'
-_JSON_CHAR = '[ !#-\\[\\]-\\x7f\\u0100-\\uD7FF\\uE000-\\U0010FFFF]'
+_JSON_CHAR = ('[ !#-\\[\\]-\\x7f\\u0100-\\u07FF\\u0800-\\u0FFF\\u1000-\\uCFFF\\uD000-\\uD7FF'
+              '\\uE000-\\uFFFF\\U00010000-\\U0010FFFF]')
 # Its \uXXXX escape takes any four hex digits, a lone surrogate too ("\udfcb"): valid JSON
 # text, but no Unicode string, so clients that re-encode the parsed value (the OpenAI Agents SDK
 # fingerprints tool arguments as UTF-8) fail. Escapes therefore stop short of U+D800..U+DFFF.

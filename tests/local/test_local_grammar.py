@@ -82,3 +82,30 @@ def test_string_escapes_stop_short_of_lone_surrogates(engine, escape, accepted):
                                                        "required": ["a"]}))
     matcher = xgr.GrammarMatcher(Grammars(engine.tokenizer, engine.model_config.vocab_size).compile(constraint))
     assert matcher.accept_string('{"a":"x' + escape + '"}') is accepted
+
+
+def _one_allowed_character(raw: bytes) -> bool:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return len(text) == 1 and ((" " <= text <= "\x7f" and text not in '"\\') or ord(text) >= 0x100)
+
+
+def test_bounded_string_takes_a_byte_sequence_only_when_it_is_one_character(engine):
+    """xgrammar's byte matcher reads loose UTF-8 in a character range that crosses a lead byte's
+    boundary (the overlong E0 80 80 passed as one character and decoded as three U+FFFD, a maxLength
+    overrun): every lead byte with the second bytes around each limit, against Python's decoder."""
+    import xgrammar as xgr
+
+    constraint = Constraint("json_schema", json.dumps({"type": "object", "required": ["a"],
+                                                       "properties": {"a": {"type": "string", "maxLength": 3}}}))
+    compiled = Grammars(engine.tokenizer, engine.model_config.vocab_size).compile(constraint)
+    edges = (0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0)
+    sequences = [bytes([a]) for a in range(256)]
+    sequences += [bytes([a, b]) for a in range(0xC0, 0x100) for b in edges]
+    sequences += [bytes([a, b, 0x80]) for a in range(0xE0, 0xF0) for b in edges]
+    sequences += [bytes([a, b, 0x80, 0x80]) for a in range(0xF0, 0xF8) for b in edges]
+    wrong = [raw.hex() for raw in sequences
+             if xgr.GrammarMatcher(compiled).accept_string(b'{"a":"' + raw + b'"}') != _one_allowed_character(raw)]
+    assert wrong == []
