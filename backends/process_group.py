@@ -142,8 +142,11 @@ def run_foreground(argv: Sequence[str], *, env: dict[str, str] | None = None) ->
 
     def on_signal(signum: int, frame: Any) -> None:
         received.append(signum)
-        if len(received) > 1:
-            raise KeyboardInterrupt  # the second one: stop() skips the grace period
+        # the second one: stop() skips the grace period. Later ones only count: raised inside the
+        # SIGKILL pass, they would cut it short and leave helpers running (process managers and
+        # wrappers such as `timeout` send a signal more than once).
+        if len(received) == 2:
+            raise KeyboardInterrupt
 
     previous = {signum: signal.signal(signum, on_signal) for signum in FORWARDED}
     try:

@@ -3,6 +3,7 @@ does on a signal, nothing of it outlives the process that started it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -95,3 +96,17 @@ def test_stop_waits_one_grace_period_for_all_sessions_together(tmp_path: Path) -
     assert time.monotonic() - began < 3.0  # one grace period, not three
     assert not left_after(pids, 0)
     assert [proc.returncode for proc in procs] == [-signal.SIGKILL] * 3
+
+
+def test_a_burst_of_signals_still_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Process managers and wrappers signal more than once (pkill reaching both `timeout` and the
+    supervisor, which `timeout` then signals again; systemd signalling the whole cgroup): a third
+    signal landing in the final SIGKILL pass once cut it short and left vLLM's EngineCore running."""
+    proc, pids = _supervised(tmp_path, "deaf")
+    deadline = time.monotonic() + 2.0
+    while proc.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        time.sleep(0.0005)
+    proc.wait(STOP_GRACE_S)  # its status depends on where the burst ends: after its handlers are gone, SIGTERM
+    assert not left_after(pids, 2.0)
