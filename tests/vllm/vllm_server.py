@@ -1,5 +1,9 @@
 """Start ``kvflow serve --engine vllm`` as a subprocess for a test module (vLLM's first start takes
-minutes on two cores, so each module starts one server and shares it), and export SmolLM2 once."""
+minutes on two cores, so each module starts one server and shares it), and export SmolLM2 once.
+
+Test servers pass ``--enforce-eager``, a flag users type too: vLLM's CPU build otherwise spends its
+start in torch.compile's warm-up (6.7 of 8.7 minutes of one start on this machine under load, 138 s
+in all with the flag). tests/vllm/test_serve_stops.py starts the plain command, compiling."""
 
 from __future__ import annotations
 
@@ -22,12 +26,18 @@ START_TIMEOUT_S = float(os.environ.get("KVFLOW_VLLM_START_TIMEOUT_S", "900"))
 requires_vllm = pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON)
 
 
+_exported: list[Path] = []  # one export per test process: every module's server reads the same files
+
+
 def export_smollm2(folder: Path) -> Path:
-    out = folder / "smollm2"
-    if not (out / "config.json").exists():
-        subprocess.run([sys.executable, "-m", "kvflow_orch.cli", "export-model", "smollm2-135m", str(out)],
-                       cwd=ROOT, check=True, capture_output=True, timeout=300)
-    return out
+    """SmolLM2-135M as a Hugging Face folder, written under ``folder`` by this process's first call."""
+    if not _exported:
+        out = folder / "smollm2"
+        if not (out / "config.json").exists():
+            subprocess.run([sys.executable, "-m", "kvflow_orch.cli", "export-model", "smollm2-135m", str(out)],
+                           cwd=ROOT, check=True, capture_output=True, timeout=300)
+        _exported.append(out)
+    return _exported[0]
 
 
 def free_port() -> int:
@@ -43,13 +53,13 @@ def plain_env() -> dict[str, str]:
 
 @contextlib.contextmanager
 def vllm_server(model: Path, log: Path, flags: Sequence[str] = (), *, port: int | None = None) -> Iterator[str]:
-    """Run ``kvflow serve --engine vllm --model MODEL FLAGS`` (no ``VLLM_*`` variables) until
-    /health answers; yield its URL."""
+    """Run ``kvflow serve --engine vllm --model MODEL FLAGS --enforce-eager`` (no ``VLLM_*``
+    variables) until /health answers; yield its URL."""
     from backends.vllm_kvflow.launcher import running
 
     port = port or free_port()
     argv = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
-            "--port", str(port), *flags]
+            "--port", str(port), *flags, "--enforce-eager"]
     env = plain_env()
     with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT, timeout_s=START_TIMEOUT_S) as url:
         yield url
