@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import statistics
 import threading
 import time
 from typing import Iterator
@@ -126,21 +127,28 @@ def test_flood_of_large_distinct_step_maps_neither_stalls_others_nor_grows_memor
                                                       "steps": steps}).raise_for_status()
                 w += 1
 
+    def chat_latencies(client: httpx.Client) -> list[float]:
+        latencies = []
+        for _ in range(6):
+            t0 = time.perf_counter()
+            r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+                                                          "max_tokens": 4})
+            assert r.status_code == 200, r.text
+            latencies.append(time.perf_counter() - t0)
+        return latencies
+
+    with httpx.Client(base_url=live.url, timeout=60) as client:
+        quiet = chat_latencies(client)  # the same chats without the flood: the machine's own speed now
     flooder = threading.Thread(target=flood, daemon=True)
     flooder.start()
-    latencies = []
     try:
         with httpx.Client(base_url=live.url, timeout=60) as client:
             time.sleep(1.0)
-            for _ in range(6):
-                t0 = time.perf_counter()
-                r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
-                                                              "max_tokens": 4})
-                assert r.status_code == 200, r.text
-                latencies.append(time.perf_counter() - t0)
+            flooded = chat_latencies(client)
             summary = hint_summary(client)
     finally:
         stop.set()
         flooder.join(timeout=60)
-    assert max(latencies) < 3.0, latencies
+    # a stall is seconds per chat (15-27 s before the fixes); the bound scales with a loaded machine's pace
+    assert max(flooded) < 3.0 + 10 * statistics.median(quiet), (flooded, quiet)
     assert summary["entries"] <= 32768 and summary["workflows"] <= 8, summary
