@@ -292,8 +292,11 @@ def compare(name: str, rows: dict[str, dict[str, Any]], bound: dict[str, Any] | 
         print(f"{name:14} replay bounds on the same requests ({label}hit tokens of {bound['prompt']:,}): "
               f"stock LRU {bound['lru']:,}, kvflow's order {bound['kvflow']:,}, best online {bound['best_online']:,}, "
               f"Bélády {bound['belady']:,}, pool holds all {bound['all_cached']:,}")
-        print(f"{name:14} kvflow on vLLM hit {kv['hits']:,} tokens = {share:.1%} of the best online order "
-              f"({'within' if share >= 0.95 else 'NOT within'} 5%)")
+        # the brain evicts whole radix nodes, vLLM 128-token blocks: in a pool that cannot hold a whole
+        # prefix beside the running call, vLLM keeps part of one and the replay is no bound
+        verdict = ("the replay is below what vLLM hit: no bound at this pool (whole-prefix eviction vs vLLM's "
+                   "blocks)" if share > 1.05 else "within 5%" if share >= 0.95 else "NOT within 5%")
+        print(f"{name:14} kvflow on vLLM hit {kv['hits']:,} tokens = {share:.1%} of the best online order ({verdict})")
     return out
 
 
