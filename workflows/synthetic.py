@@ -44,19 +44,23 @@ def synthetic(
     output: int = 32,
     rounds: int = 10,
     branches: int = 1,
+    app: str = "",
 ) -> Workflow:
+    """``app``: a label that gives this instance's agents fixed prompts of their own (the paper's
+    independent, non-sharing concurrent workflows); empty (the default) keeps the shared ones."""
     for name, value in (("n_agents", n_agents), ("rounds", rounds), ("branches", branches), ("output", output)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"synthetic: {name} must be a positive integer, got {value!r}")
     if fixed < 0 or dynamic < 0:
         raise ValueError("synthetic: fixed and dynamic must be >= 0")
-    wf = Workflow(f"synthetic-{n_agents}x{rounds}-b{branches}")
+    wf = Workflow(f"synthetic-{n_agents}x{rounds}-b{branches}" + (f"-{app}" if app else ""))
     stages = stage_agents(n_agents, branches)
     shared = fixed // 2 if branches > 1 else 0
     for s, names in enumerate(stages):
         last_stage = s == n_agents - 1
         for name in names:
-            system = " ".join(p for p in (filler(shared, ("shared", s)), filler(fixed - shared, ("fixed", name))) if p)
+            own = ("fixed", name, app) if app else ("fixed", name)
+            system = " ".join(p for p in (filler(shared, ("shared", s)), filler(fixed - shared, own)) if p)
             wf.agent(name, system=system, max_tokens=output)(_agent_fn(name, dynamic, last_stage))
     if branches == 1:
         wf.add_edge(START, stages[0][0])

@@ -42,6 +42,20 @@ def test_synthetic_prompts_have_requested_lengths(smollm2_tokenizer):
     assert a[:40] != c[:40]
 
 
+def test_synthetic_apps_have_fixed_prompts_of_their_own(smollm2_tokenizer):
+    # the paper's independent concurrent workflows: same shape, no shared cache prefix between apps
+    def systems(**kw):
+        asg = synthetic(n_agents=2, fixed=300, rounds=1, **kw).compile()
+        return asg.name, [asg.system_prompt(agent) for agent in asg.agents]
+
+    (plain, base), (name_a, a), (name_b, b) = systems(), systems(app="a"), systems(app="b")
+    assert systems(app="") == (plain, base)  # the default keeps the shared prompts
+    assert len({plain, name_a, name_b}) == 3
+    assert all(len(smollm2_tokenizer.encode(s)) == 300 for s in a + b)
+    assert all(x[:40] != y[:40] for x, y in zip(base + a, a + b, strict=True))
+    assert systems(app="a") == (name_a, a)
+
+
 def testmetagpt_roles_are_realistic_and_distinct(smollm2_tokenizer):
     lengths = {role: len(smollm2_tokenizer.encode(text)) for role, text in ROLES.items()}
     assert all(500 <= n <= 1500 for n in lengths.values()), lengths
