@@ -46,6 +46,7 @@ BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
 OFFLOAD_POLICY, OFFLOAD_MODULE = "KVFlowCachePolicy", "backends.vllm_kvflow.offload"  # see offload.py
 CPU_BLOCK_SIZE = 128  # vLLM's CPU backend default; --block-size in the pass-through flags overrides it
 DEFAULT_CPU_KV_BYTES = 2**30  # what the benchmarks and tests reserved before kvflow sized it
+SMALL_HOST_CPUS = 4  # at most this many cores: vLLM's reserved frontend core is given back to compute
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
 
@@ -111,6 +112,40 @@ def is_cpu_build() -> bool:
     return True
 
 
+def _cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX); elsewhere vLLM's CPU build
+    emulates it, several times slower than float32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return True  # not Linux: leave the model's dtype alone
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_speed_defaults(extra_argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Flags and environment ``kvflow serve --engine vllm`` adds on vLLM's CPU build, each only where
+    the user set nothing of the kind (a flag among ``extra_argv``, a variable in the environment):
+
+    - ``--dtype float32`` on a CPU without native bfloat16 (SmolLM2's checkpoint says bfloat16);
+    - ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` on a machine of :data:`SMALL_HOST_CPUS` cores or fewer:
+      vLLM keeps one core for its API server, half of a 2-core machine's compute;
+    - ``--enforce-eager``: torch.compile's warm-up takes most of a start (minutes on 2 cores, and
+      every start here, since its cache fails to load back), for no measurable prefill gain.
+    """
+    argv: list[str] = []
+    env: dict[str, str] = {}
+    if _flag_value(extra_argv, "--dtype") is None and not _cpu_has_bf16():
+        argv += ["--dtype", "float32"]
+    if (os.cpu_count() or 1) <= SMALL_HOST_CPUS and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ:
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+    compiles = ("--enforce-eager", "--no-enforce-eager", "-O", "--compilation-config", "-cc")
+    if not any(arg == flag or arg.startswith(flag + "=") or arg.startswith(flag + ".") or
+               (flag == "-O" and arg.startswith("-O")) for arg in extra_argv for flag in compiles):
+        argv += ["--enforce-eager"]
+    return argv, env
+
+
 def _cpu_kv_bytes(model: str, extra_argv: Sequence[str], pool_tokens: int | None) -> int:
     """``--kv-cache-memory-bytes`` on the CPU build: the pool's KV, else the default or one sequence
     of the model's full length, whichever is larger."""
@@ -138,9 +173,16 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, python: str = s
     if policy == POLICY_NAME and _flag_value(extra_argv, "--scheduler-cls") is not None:
         raise ValueError("--scheduler-cls is kvflow's with --policy kvflow; use --policy lru for another scheduler")
     block_size = block_size_of(extra_argv)
+    passthrough = list(extra_argv)
+    on_cpu = is_cpu_build() if cpu is None else cpu
     argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", host, "--port", str(port),
             "--enable-prefix-caching", "--enable-prompt-tokens-details"]
     env = {"VLLM_PLUGINS": PLUGIN_NAME}
+    if on_cpu:
+        cpu_argv, cpu_env = cpu_speed_defaults(extra_argv)
+        argv += cpu_argv
+        env.update(cpu_env)
+        extra_argv = [*cpu_argv, *extra_argv]  # the memory sizing below reads the dtype chosen here
     pool_tokens = None
     if device_tokens is not None:
         if device_tokens <= 0:
@@ -153,7 +195,7 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, python: str = s
             # vLLM refuses to start when one sequence of the model's full length cannot fit the pool
             usable = (blocks - 1) * block_size
             argv += ["--max-model-len", str(min(usable, _model_max_len(model) or usable))]
-    if (is_cpu_build() if cpu is None else cpu) and _flag_value(extra_argv, "--kv-cache-memory-bytes") is None:
+    if on_cpu and _flag_value(extra_argv, "--kv-cache-memory-bytes") is None:
         argv += ["--kv-cache-memory-bytes", str(_cpu_kv_bytes(model, extra_argv, pool_tokens))]
     if host_tokens:
         gib = host_tokens * kv_bytes_per_token(model, _flag_value(extra_argv, "--dtype")) / 2**30
@@ -173,7 +215,7 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, python: str = s
         env[CONFIG_ENV] = json.dumps(options)
     if api_key:
         argv += ["--api-key", api_key]
-    argv += list(extra_argv)
+    argv += passthrough
     return LaunchPlan(argv, env)
 
 

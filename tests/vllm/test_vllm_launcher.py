@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from backends.vllm_kvflow import CONFIG_ENV, SCHEDULER_CLS
+from backends.vllm_kvflow import launcher
 from backends.vllm_kvflow.launcher import (DEFAULT_CPU_KV_BYTES, build_command, is_cpu_build, kv_bytes_per_token,
                                             plan_from_args)
 
@@ -99,10 +100,11 @@ def test_without_device_tokens_the_cpu_build_reserves_a_default_or_one_full_leng
         argv = build_command(str(model_dir), extra, cpu=True).argv
         return int(argv[argv.index("--kv-cache-memory-bytes") + 1])
 
-    per_token = kv_bytes_per_token(str(model_dir))
+    per_token = kv_bytes_per_token(str(model_dir), "bfloat16")
     assert reserved([]) == DEFAULT_CPU_KV_BYTES  # config.json gives no length: the default
     assert reserved(["--max-model-len", "4096"]) == DEFAULT_CPU_KV_BYTES  # 4096 tokens take 90 MiB
-    assert reserved(["--max-model-len", "200000"]) == 200000 * per_token  # more than the default: one sequence
+    # more than the default: one sequence
+    assert reserved(["--max-model-len", "200000", "--dtype", "bfloat16"]) == 200000 * per_token
 
 
 def test_the_users_memory_flag_wins(model_dir: Path) -> None:
@@ -115,3 +117,46 @@ def test_the_cpu_build_is_recognised_as_vllm_recognises_it(monkeypatch: pytest.M
                                                             expected: bool) -> None:
     monkeypatch.setenv("VLLM_TARGET_DEVICE", target)
     assert is_cpu_build() is expected
+
+
+@pytest.fixture
+def small_cpu_without_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine's kind (2 cores, AVX2 only), whatever the machine running the test is."""
+    monkeypatch.setattr(launcher.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(launcher, "_cpu_has_bf16", lambda: False)
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+
+
+def _value(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_on_a_small_cpu_host_the_launcher_sets_what_makes_vllm_fast(model_dir: Path, small_cpu_without_bf16) -> None:
+    plan = build_command(str(model_dir), device_tokens=1000, cpu=True)
+    assert _value(plan.argv, "--dtype") == "float32" and "--enforce-eager" in plan.argv
+    assert plan.env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    # the memory vLLM reserves is sized in the dtype chosen: 9 blocks of 128 tokens of float32 KV
+    assert _value(plan.argv, "--kv-cache-memory-bytes") == str(9 * 128 * kv_bytes_per_token(str(model_dir), "float32"))
+    gpu = build_command(str(model_dir), device_tokens=1000, cpu=False)
+    assert "--dtype" not in gpu.argv and "--enforce-eager" not in gpu.argv
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in gpu.env
+
+
+@pytest.mark.parametrize("extra", [["--no-enforce-eager"], ["--enforce-eager"], ["-O3"], ["-O", "2"],
+                                   ["--compilation-config", "{}"], ["-cc.mode=none"]])
+def test_a_users_compilation_choice_wins(model_dir: Path, small_cpu_without_bf16, extra: list[str]) -> None:
+    argv = build_command(str(model_dir), extra, cpu=True).argv
+    assert argv.count("--enforce-eager") == extra.count("--enforce-eager") and argv[-len(extra):] == extra
+
+
+def test_a_users_dtype_and_reserved_cores_win(model_dir: Path, small_cpu_without_bf16,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
+    plan = build_command(str(model_dir), ["--dtype", "bfloat16"], cpu=True)
+    assert plan.argv.count("--dtype") == 1 and _value(plan.argv, "--dtype") == "bfloat16"
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in plan.env  # the user's variable reaches vLLM as it is
+    monkeypatch.setattr(launcher, "_cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(launcher.os, "cpu_count", lambda: 32)
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU")
+    big = build_command(str(model_dir), cpu=True)
+    assert "--dtype" not in big.argv and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in big.env

@@ -1,9 +1,5 @@
 """Start ``kvflow serve --engine vllm`` as a subprocess for a test module (vLLM's first start takes
-minutes on two cores, so each module starts one server and shares it), and export SmolLM2 once.
-
-Test servers pass ``--enforce-eager``, a flag users type too: vLLM's CPU build otherwise spends its
-start in torch.compile's warm-up (6.7 of 8.7 minutes of one start on this machine under load, 138 s
-in all with the flag). tests/vllm/test_serve_stops.py starts the plain command, compiling."""
+minutes on two cores, so each module starts one server and shares it), and export SmolLM2 once."""
 
 from __future__ import annotations
 
@@ -53,13 +49,13 @@ def plain_env() -> dict[str, str]:
 
 @contextlib.contextmanager
 def vllm_server(model: Path, log: Path, flags: Sequence[str] = (), *, port: int | None = None) -> Iterator[str]:
-    """Run ``kvflow serve --engine vllm --model MODEL FLAGS --enforce-eager`` (no ``VLLM_*``
-    variables) until /health answers; yield its URL."""
+    """Run ``kvflow serve --engine vllm --model MODEL FLAGS`` (no ``VLLM_*`` variables) until
+    /health answers; yield its URL."""
     from backends.vllm_kvflow.launcher import running
 
     port = port or free_port()
     argv = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
-            "--port", str(port), *flags, "--enforce-eager"]
+            "--port", str(port), *flags]
     env = plain_env()
     with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT, timeout_s=START_TIMEOUT_S) as url:
         yield url
