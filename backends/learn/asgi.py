@@ -25,7 +25,7 @@ from kvflow_orch.protocol import CUSTOM_PARAMS, HintError, KVFlowHint, StepsUpda
 from .host import reply_of_response
 from .learner import Learned, TrafficLearner
 
-__all__ = ["LearningMiddleware", "BODY_SCOPE_KEY", "LEARNED_ROUTES"]
+__all__ = ["LearningMiddleware", "BODY_SCOPE_KEY", "LEARNED_ROUTES", "MAX_BODY_BYTES", "read_body", "replay"]
 
 LEARNED_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 BODY_SCOPE_KEY = "kvflow.body"
@@ -46,11 +46,11 @@ class LearningMiddleware:
         if route is None or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
-        raw = await _read_body(receive)
+        raw = await read_body(receive)
         if raw is None:
             return  # the client went away
         if len(raw) > MAX_BODY_BYTES:  # the rest is still to come: the host's own limit answers it
-            await self.app(scope, _replay(raw, receive, more=True), send)
+            await self.app(scope, replay(raw, receive, more=True), send)
             return
         learned, new, body = self._learn(scope, route, raw)
         for update in self.learner.ended():
@@ -62,9 +62,9 @@ class LearningMiddleware:
             scope = {**scope, "headers": [*headers, (b"content-length", str(len(new)).encode())]}
             raw = new
         if learned is None:
-            await self.app(scope, _replay(raw, receive), send)
+            await self.app(scope, replay(raw, receive), send)
             return
-        await self.app(scope, _replay(raw, receive), _ReplyReader(self.learner, learned, route, send))
+        await self.app(scope, replay(raw, receive), _ReplyReader(self.learner, learned, route, send))
 
     def _learn(self, scope: dict, route: str, raw: bytes) -> tuple[Learned | None, bytes, dict | None]:
         try:
@@ -120,8 +120,9 @@ class _ReplyReader:
         await self.send(message)
 
 
-async def _read_body(receive: Callable) -> bytes | None:
-    """The request body, or None when the client went away first."""
+async def read_body(receive: Callable) -> bytes | None:
+    """The request body, or None when the client went away first; past :data:`MAX_BODY_BYTES` it
+    stops reading (the rest is still in ``receive``)."""
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -133,7 +134,7 @@ async def _read_body(receive: Callable) -> bytes | None:
             return b"".join(chunks)
 
 
-def _replay(raw: bytes, receive: Callable, *, more: bool = False) -> Callable:
+def replay(raw: bytes, receive: Callable, *, more: bool = False) -> Callable:
     """A ``receive`` that hands over ``raw`` first (``more``: the body goes on in ``receive``)."""
     sent = False
 

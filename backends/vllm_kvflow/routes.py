@@ -30,7 +30,7 @@ from typing import Any, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from backends.learn.asgi import BODY_SCOPE_KEY, LearningMiddleware
+from backends.learn.asgi import BODY_SCOPE_KEY, MAX_BODY_BYTES, LearningMiddleware, read_body, replay
 from backends.learn.host import learned_view, learner_from_env, learner_stats
 from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, LEARNED_ROUTE, STATS_ROUTE,
                                   STEPS_ROUTE, HintError, StepsUpdate, extract_hint, read_steps_update)
@@ -42,7 +42,6 @@ __all__ = ["KVFlowEndpoints", "rewrite_body", "PROTOCOL_VERSION", "HINT_ROUTES"]
 
 PROTOCOL_VERSION = 1
 HINT_ROUTES = ("/v1/chat/completions", "/v1/completions")
-MAX_BODY_BYTES = 64 << 20
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -92,19 +91,12 @@ class _HintMiddleware:
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in HINT_ROUTES:
             await self.app(scope, receive, send)
             return
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > MAX_BODY_BYTES:
-                await _error(413, f"request body over {MAX_BODY_BYTES} bytes")(scope, receive, send)
-                return
-            if not message.get("more_body"):
-                break
-        raw = b"".join(chunks)
+        raw = await read_body(receive)
+        if raw is None:
+            return
+        if len(raw) > MAX_BODY_BYTES:
+            await _error(413, f"request body over {MAX_BODY_BYTES} bytes")(scope, receive, send)
+            return
         body = scope.get(BODY_SCOPE_KEY)  # parsed already by the learner's middleware
         try:
             body = json.loads(raw) if raw and body is None else body
@@ -119,16 +111,7 @@ class _HintMiddleware:
             raw = json.dumps(new).encode()
             headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
             scope = {**scope, "headers": headers + [(b"content-length", str(len(raw)).encode())]}
-        sent = False
-
-        async def replay() -> dict:
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay(raw, receive), send)
 
 
 class KVFlowEndpoints:
