@@ -128,15 +128,19 @@ class TrafficLearner:
         return model
 
     def _hint(self, workflow_id: str, namespace: str, agent: str, steps: dict[str, float]) -> KVFlowHint:
-        """The learned hint, validated once per agent and solve (validating a step map costs more
-        than the rest of a request's learning): the model hands back the same ``steps`` until it
-        is solved again, and a hint for another session is a copy with its workflow id."""
+        """The learned hint, validated once per agent (validating a step map costs more than the
+        rest of a request's learning). Later hints are copies with their own workflow id and the
+        model's current steps: the names were checked, and step math's values are valid steps by
+        construction (non-negative, rounded, ``inf`` where an agent cannot follow)."""
         cached = self._hints.get((namespace, agent))
-        if cached is not None and cached[0] is steps:
-            return cached[1].model_copy(update={"workflow_id": workflow_id})
-        if len(self._hints) >= self.config.max_agents:
-            self._hints.clear()
-        hint = KVFlowHint(workflow_id=workflow_id, namespace=namespace, agent=agent, steps=steps)
+        if cached is not None:
+            if cached[0] is steps:
+                return cached[1].model_copy(update={"workflow_id": workflow_id})
+            hint = cached[1].model_copy(update={"workflow_id": workflow_id, "steps": steps})
+        else:
+            if len(self._hints) >= self.config.max_agents:
+                self._hints.clear()
+            hint = KVFlowHint(workflow_id=workflow_id, namespace=namespace, agent=agent, steps=steps)
         self._hints[namespace, agent] = (steps, hint)
         return hint
 

@@ -81,8 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mount /kvflow/v1/debug/* (cache integrity check, hint-table size); off by default")
     parser.add_argument("--learned-hints", action=argparse.BooleanOptionalAction, default=False,
                         help="learn agents, sessions and steps from requests that carry no kvflow hint and serve "
-                             "them with the learned hints; a declared hint always wins (default: off until the "
-                             "no-harm benchmark is measured, see README)")
+                             "them with the learned hints; a declared hint always wins (default: off until one "
+                             "benchmark run meets issue 23's no-harm and cost targets together, see README)")
     parser.add_argument("--engine", choices=engine_names(), default="local",
                         help="; ".join(f"{name}: {get_engine(name).help}" for name in engine_names()))
 
