@@ -1,7 +1,7 @@
 """Agents of plain traffic: a fingerprint of each request's stable leading part, with a learned boundary.
 
 An agent is what recurs at the head of requests: the leading system/developer messages (or a
-completion's prompt), under one model and one set of tools (names and schemas). Two readings make
+completion's prompt), under one model and one set of tools (names and schema shapes). Two readings make
 the fingerprint robust to text that changes from call to call inside a system prompt:
 
 * **Masking.** Runs of digits (dates, times, counters, ids) read as one ``0`` before anything is
@@ -51,18 +51,25 @@ class AgentRegistry:
         self.max_per_group = max_per_group
         self.min_shared_chars = min_shared_chars
         self._exact: BoundedLRU[bytes, str] = BoundedLRU(max_agents)
+        self._verbatim: BoundedLRU[int, tuple[bytes, str]] = BoundedLRU(max_agents)
         self._groups: BoundedLRU[bytes, BoundedLRU[str, _Template]] = BoundedLRU(max_agents)
         self._live: BoundedLRU[str, _Template] = BoundedLRU(max_agents)
         self._next_suffix: BoundedLRU[str, int] = BoundedLRU(max_agents)
 
     def identify(self, view: RequestView) -> str:
         """The agent of ``view`` (learned on the way: a new agent, or a shorter stable prefix)."""
+        verbatim = hash((view.model, view.tools, view.lead))  # a lead seen before, byte for byte: no masking
+        known = self._verbatim.get(verbatim)
+        if known is not None and (group := self._groups.get(known[0])) is not None and known[1] in group \
+                and known[1] in self._live:
+            return self._seen(known[0], group, group[known[1]])
         lead = _DIGITS.sub("0", view.lead)
-        group_key = digest(view.model, view.tools)
+        group_key = digest(view.model, str(view.tools))
         exact_key = digest(group_key, lead)
         name = self._exact.get(exact_key)
         group = self._groups.get(group_key)
         if name is not None and group is not None and name in group and name in self._live:
+            self._verbatim.put(verbatim, (group_key, name))
             return self._seen(group_key, group, group[name])
         if group is None:
             group = BoundedLRU(self.max_per_group)
@@ -70,6 +77,7 @@ class AgentRegistry:
         if template is None:
             template = _Template(self._unique(agent_name_of(view.lead)), lead)
         self._exact.put(exact_key, template.name)
+        self._verbatim.put(verbatim, (group_key, template.name))
         return self._seen(group_key, group, template)
 
     def __len__(self) -> int:

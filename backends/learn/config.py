@@ -35,8 +35,10 @@ class LearnerConfig:
     """Successors kept per agent's row."""
     prior: float = 0.5
     """Pseudo-count added to every observed successor and to the end of a session."""
-    refresh: int = 8
-    """Observations between two solves of the expected steps (at least)."""
+    refresh: int = 32
+    """Observations between two solves of the expected steps (at least). A solve and the hints
+    built from it cost a few requests' worth of learning each (``benchmarks/learner_cost.py``), so
+    one every 32 keeps their share of a request's cost small; the steps lag that many observations."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

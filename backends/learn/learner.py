@@ -32,7 +32,7 @@ from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 from .agents import AgentRegistry
 from .config import LearnerConfig
-from .requests import read_chat, read_completion, turn_of
+from .requests import read_chat, read_completion, turn_key
 from .sessions import SessionTable
 from .transitions import TransitionModel
 
@@ -50,7 +50,8 @@ class Learned(NamedTuple):
     source: Literal["declared", "learned", "unhinted"]
     session_id: str | None = None
     agent: str | None = None
-    prefixes: tuple[bytes, ...] = ()
+    link: tuple[int, int] | None = None
+    """Where the request's conversation stood (for :meth:`TrafficLearner.reply`)."""
 
 
 class TrafficLearner:
@@ -61,18 +62,19 @@ class TrafficLearner:
         self.models: dict[str, TransitionModel] = {}
         self.counters: Counter[str] = Counter({name: 0 for name in LEARNER_COUNTERS})
         self._done: list[StepsUpdate] = []
+        self._hints: dict[tuple[str, str], tuple[dict[str, float], KVFlowHint]] = {}
 
     def observe(self, body: Mapping[str, Any], *, route: Literal["chat", "completions"] = "chat",
                 headers: Mapping[str, str] = {}, declared: KVFlowHint | None = None) -> Learned:
         """The hint for one arriving request (module docstring). ``body``: its JSON object."""
         view = read_chat(body, headers) if route == "chat" else read_completion(body, headers)
         self.counters["bad_session_keys"] += view.bad_key
-        session, prefixes = self.sessions.session_of(view, self.config.namespace)
+        session, link = self.sessions.session_of(view, self.config.namespace)
         self._end_sessions()
         if declared is not None:
             session.declared = True
             self.counters["declared_hint_requests"] += 1
-            return Learned(declared, "declared", session.id, None, prefixes)
+            return Learned(declared, "declared", session.id, None, link)
         agent = self.agents.identify(view)
         model = self._model(session.namespace)
         if session.agent is not None:
@@ -81,11 +83,10 @@ class TrafficLearner:
         if session.declared:
             self.counters["declared_session_requests"] += 1
             self.counters["unhinted_requests"] += 1
-            return Learned(None, "unhinted", session.id, agent, prefixes)
-        hint = KVFlowHint(workflow_id=session.id, namespace=session.namespace, agent=agent,
-                          steps=model.steps(agent))
+            return Learned(None, "unhinted", session.id, agent, link)
         self.counters["learned_hint_requests"] += 1
-        return Learned(hint, "learned", session.id, agent, prefixes)
+        return Learned(self._hint(session.id, session.namespace, agent, model.steps(agent)), "learned",
+                       session.id, agent, link)
 
     def unhinted(self) -> None:
         """Count a request the learner did not see (the switch is off for it, a route it does not read)."""
@@ -99,8 +100,8 @@ class TrafficLearner:
         text = message.get("content") if isinstance(message.get("content"), str) else ""
         calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
         call_ids = [str(c.get("id", "")) for c in calls if isinstance(c, Mapping)]
-        turn = turn_of({"role": "assistant", "content": text, "tool_calls": calls})
-        self.sessions.record_reply(learned.session_id, learned.prefixes, turn, text, call_ids)
+        turn = turn_key({"role": "assistant", "content": text, "tool_calls": calls})
+        self.sessions.record_reply(learned.session_id, learned.link, turn, text, call_ids)
 
     def ended(self) -> list[StepsUpdate]:
         """``done`` updates for the learned sessions that ended since the last call."""
@@ -125,6 +126,23 @@ class TrafficLearner:
             model = self.models[namespace] = TransitionModel(cfg.decay, cfg.max_model_agents, cfg.max_successors,
                                                              cfg.prior, cfg.refresh)
         return model
+
+    def _hint(self, workflow_id: str, namespace: str, agent: str, steps: dict[str, float]) -> KVFlowHint:
+        """The learned hint, validated once per agent (validating a step map costs more than the
+        rest of a request's learning). Later hints are copies with their own workflow id and the
+        model's current steps: the names were checked, and step math's values are valid steps by
+        construction (non-negative, rounded, ``inf`` where an agent cannot follow)."""
+        cached = self._hints.get((namespace, agent))
+        if cached is not None:
+            if cached[0] is steps:
+                return cached[1].model_copy(update={"workflow_id": workflow_id})
+            hint = cached[1].model_copy(update={"workflow_id": workflow_id, "steps": steps})
+        else:
+            if len(self._hints) >= self.config.max_agents:
+                self._hints.clear()
+            hint = KVFlowHint(workflow_id=workflow_id, namespace=namespace, agent=agent, steps=steps)
+        self._hints[namespace, agent] = (steps, hint)
+        return hint
 
     def _end_sessions(self) -> None:
         self.sessions.expire()

@@ -19,10 +19,9 @@ Keys are hashed at once: a key of any length costs the same 16 bytes.
 from __future__ import annotations
 
 import hashlib
-import json
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
-__all__ = ["RequestView", "read_chat", "read_completion", "digest", "turn_of", "SESSION_KEY_FIELDS",
+__all__ = ["RequestView", "read_chat", "read_completion", "digest", "turn_key", "SESSION_KEY_FIELDS",
            "SESSION_KEY_HEADERS"]
 
 SESSION_KEY_FIELDS = ("prompt_cache_key", "metadata.session_id", "metadata.conversation_id", "metadata.thread_id")
@@ -31,22 +30,56 @@ USER_KEY_FIELDS = ("safety_identifier", "user")
 LEADING_ROLES = ("system", "developer")
 
 
-class RequestView(NamedTuple):
-    model: str
-    lead: str
-    """The candidate stable leading text: the leading system/developer messages (chat), the prompt
-    (completions)."""
-    tools: bytes
-    """Digest of the tools' names and schemas (and the route), part of the agent's identity."""
-    turns: tuple[str, ...]
-    """Canonical forms of the messages after the leading ones (chat); empty for completions."""
-    texts: tuple[str, ...]
-    """Texts where an earlier reply may be carried: every message after the lead, or the prompt."""
-    call_ids: tuple[str, ...]
-    """Ids of the tool calls its messages echo (assistant ``tool_calls``, tool ``tool_call_id``)."""
-    session_key: bytes | None
-    bad_key: bool
-    """A session key field was present but of a type that cannot name a session."""
+class RequestView:
+    """What the learner reads of one request. Reading is lazy past the lead: a request carries its
+    whole conversation, but linking it to a session needs only its first turn and its last few (the
+    learner's cost must not grow with the conversation)."""
+
+    __slots__ = ("model", "lead", "tools", "messages", "completion", "session_key", "bad_key", "_turns")
+
+    def __init__(self, model: str, lead: str, tools: int, messages: Sequence[Mapping[str, Any]],
+                 completion: str | None, session_key: bytes | None, bad_key: bool) -> None:
+        self.model = model
+        self.lead = lead
+        """The candidate stable leading text: the leading system/developer messages (chat), the
+        prompt (completions)."""
+        self.tools = tools
+        """Key of the route and the tools' names and schema shapes, part of the agent's identity."""
+        self.messages = messages
+        """The messages after the leading ones (chat); empty for completions."""
+        self.completion = completion
+        """A completion's prompt (where an earlier reply may be carried); None for chat."""
+        self.session_key = session_key
+        self.bad_key = bad_key
+        """A session key field was present but of a type that cannot name a session."""
+        self._turns: dict[int, int] = {}
+
+    def turn(self, i: int) -> int:
+        """The key of message ``i`` after the lead (:func:`turn_key`), computed once."""
+        key = self._turns.get(i)
+        if key is None:
+            key = self._turns[i] = turn_key(self.messages[i])
+        return key
+
+    def texts(self) -> Iterator[str]:
+        """Texts where an earlier reply may be carried, the latest first: the messages after the
+        lead, or the prompt."""
+        if self.completion is not None:
+            yield self.completion
+        for m in reversed(self.messages):
+            yield content_text(m.get("content"))
+
+    def call_ids(self, last: int) -> list[str]:
+        """Ids of the tool calls the last ``last`` messages echo (assistant ``tool_calls``, tool
+        ``tool_call_id``), the latest first."""
+        ids: dict[str, None] = {}
+        for m in reversed(self.messages[-last:]):
+            if m.get("tool_call_id"):
+                ids[str(m["tool_call_id"])] = None
+            for c in _list(m.get("tool_calls")):
+                if isinstance(c, dict) and c.get("id"):
+                    ids[str(c["id"])] = None
+        return list(ids)
 
 
 def digest(*parts: str | bytes) -> bytes:
@@ -64,14 +97,8 @@ def read_chat(body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> Reque
     while lead_count < len(messages) and messages[lead_count].get("role") in LEADING_ROLES:
         lead_count += 1
     lead = "\n\n".join(content_text(m.get("content")) for m in messages[:lead_count])
-    rest = messages[lead_count:]
     key, bad = session_key(body, headers)
-    call_ids = [str(c.get("id")) for m in rest for c in _list(m.get("tool_calls"))
-                if isinstance(c, dict) and c.get("id")]
-    call_ids += [str(m["tool_call_id"]) for m in rest if m.get("tool_call_id")]
-    return RequestView(_model(body), lead, digest("chat", _tools_digest(body.get("tools"))),
-                       tuple(turn_of(m) for m in rest), tuple(content_text(m.get("content")) for m in rest),
-                       tuple(dict.fromkeys(call_ids)), key, bad)
+    return RequestView(_model(body), lead, _tools_key(body.get("tools")), messages[lead_count:], None, key, bad)
 
 
 def read_completion(body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> RequestView:
@@ -82,7 +109,7 @@ def read_completion(body: Mapping[str, Any], headers: Mapping[str, str] = {}) ->
         prompt = " ".join(str(t) for t in prompt if isinstance(t, int))  # token ids keep their order
     text = prompt if isinstance(prompt, str) else ""
     key, bad = session_key(body, headers)
-    return RequestView(_model(body), text, digest("completions"), (), (text,), (), key, bad)
+    return RequestView(_model(body), text, hash(("completions", ())), (), text, key, bad)
 
 
 def session_key(body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[bytes | None, bool]:
@@ -132,27 +159,38 @@ def content_text(content: Any) -> str:
     return ""
 
 
-def turn_of(message: Mapping[str, Any]) -> str:
-    """A canonical form of a conversation message: what a client echoes of an earlier turn compares
-    equal (``content`` None and "" alike; tool calls by id, name and arguments)."""
+def turn_key(message: Mapping[str, Any]) -> int:
+    """A key of a conversation message: what a client echoes of an earlier turn gets the same key
+    (``content`` None and "" alike; tool calls by id, name and arguments). Python's string hash,
+    keyed per process (SipHash), so that clients cannot aim collisions at it: the index it keys
+    lives in this process only, and a collision would only link two sessions."""
     calls = []
     for call in _list(message.get("tool_calls")):
         if isinstance(call, dict):
             fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-            calls.append([str(call.get("id", "")), str(fn.get("name", "")), str(fn.get("arguments", ""))])
-    fields = [str(message.get("role", "")), str(message.get("name") or ""), content_text(message.get("content")),
-              calls, str(message.get("tool_call_id") or "")]
-    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+            calls.append((str(call.get("id", "")), str(fn.get("name", "")), str(fn.get("arguments", ""))))
+    return hash((str(message.get("role", "")), str(message.get("name") or ""), content_text(message.get("content")),
+                 tuple(calls), str(message.get("tool_call_id") or "")))
 
 
-def _tools_digest(tools: Any) -> bytes:
-    """Tools' names and parameter schemas, in the order sent (descriptions are prose; they may vary)."""
-    described = []
+def _tools_key(tools: Any) -> int:
+    """The route and the tools: each tool's name and the shape of its parameters (the top-level
+    property names and types, and which are required), in the order sent. Descriptions are prose
+    and may vary; a full serialisation of the schemas would cost more than the rest of a request's
+    learning, and tool sets that share names and property names are told apart by their agents'
+    prompts anyway."""
+    shapes = []
     for tool in _list(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         if isinstance(fn, dict):
-            described.append([str(fn.get("name", "")), fn.get("parameters")])
-    return digest(json.dumps(described, sort_keys=True, default=str, separators=(",", ":")))
+            params = fn.get("parameters")
+            props = params.get("properties") if isinstance(params, dict) else None
+            props = props if isinstance(props, dict) else {}
+            required = params.get("required") if isinstance(params, dict) else None
+            shapes.append((str(fn.get("name", "")), tuple((str(k), str(v.get("type")) if isinstance(v, dict) else "")
+                                                          for k, v in props.items()),
+                           tuple(str(r) for r in _list(required))))
+    return hash(("chat", tuple(shapes)))
 
 
 def _model(body: Mapping[str, Any]) -> str:

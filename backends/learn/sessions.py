@@ -4,10 +4,14 @@ A request names its session with a key (:mod:`.requests` lists the fields), or i
 to an earlier request's session, strongest evidence first:
 
 1. it **extends an earlier conversation**: its messages after the lead begin with all the messages
-   of an earlier request (that request's reply included, once it is known), two messages or more;
+   of an earlier request (that request's reply included, once it is known), two messages or more.
+   A conversation is known by its length and its first and last messages, and a request is read
+   back from its end by at most 32 messages: what a request costs must not grow with its
+   conversation (a chat's 200th turn costs what its 2nd does);
 2. it **carries an earlier reply**: a line of an earlier reply (24 characters or more), or the id of
    a tool call it made, appears in one of its messages (CrewAI hands a task's output to the next
-   task in the prompt; group chats pass every reply on); the session with most such lines wins;
+   task in the prompt; group chats pass every reply on); the session with most such lines wins.
+   The request is read back from its end, a bounded amount;
 3. it shares only its first message with an earlier request (one task handed to several agents).
 
 Otherwise it starts a session. Sessions are bounded in number and expire after ``ttl_s`` without a
@@ -25,13 +29,22 @@ from typing import Callable, Iterable
 
 from backends.kvcache.bounded import BoundedLRU
 
-from .requests import RequestView, digest
+from .requests import RequestView
 
 __all__ = ["Session", "SessionTable", "MIN_LINE_CHARS"]
 
 MIN_LINE_CHARS = 24
-_LINES_PER_REPLY = 16
-_LINES_PER_REQUEST = 512
+_LINES_PER_REPLY = 8
+_LINES_PER_REQUEST = 128
+_SCAN_TURNS = 32
+"""Messages read back from a request's end: how far a request may extend an earlier one (a reply,
+tool results, a user turn) and where echoed tool call ids are looked for."""
+_SCAN_CHARS = 64 * 1024
+"""Text read back from a request's end for carried reply lines."""
+
+Link = tuple[int, int] | None
+"""Where a request's conversation stands: the key of its first message after the lead, and how
+many messages it has (None: it has none)."""
 
 
 @dataclass
@@ -53,18 +66,19 @@ class SessionTable:
         self.clock = clock
         self._sessions: BoundedLRU[str, Session] = BoundedLRU(max_sessions)
         self._by_key: BoundedLRU[bytes, str] = BoundedLRU(max_sessions)
-        self._by_turns: BoundedLRU[bytes, str] = BoundedLRU(max_index)
-        self._by_line: BoundedLRU[bytes, str] = BoundedLRU(max_index)
+        self._by_turns: BoundedLRU[int, str] = BoundedLRU(max_index)
+        self._by_line: BoundedLRU[int, str] = BoundedLRU(max_index)
         self._ended: list[Session] = []
         self._serial = 0
 
-    def session_of(self, view: RequestView, namespace: str) -> tuple[Session, tuple[bytes, ...]]:
-        """The session ``view`` belongs to (a new one when nothing links it), touched; and the
-        digests of its conversation prefixes (for :meth:`record_reply`)."""
+    def session_of(self, view: RequestView, namespace: str) -> tuple[Session, Link]:
+        """The session ``view`` belongs to (a new one when nothing links it), touched; and where its
+        conversation stands (for :meth:`record_reply`)."""
         now = self.clock()
         self.expire(now)
-        prefixes = _prefix_digests(view.turns)
-        sid = self._linked(view, prefixes)
+        depth = len(view.messages)
+        link = (view.turn(0), depth) if depth else None
+        sid = self._linked(view, link)
         session = self._sessions.get(sid) if sid is not None else None
         if session is None:
             self._serial += 1
@@ -74,22 +88,26 @@ class SessionTable:
             self._ended.append(old)
         if view.session_key is not None:
             self._by_key.put(view.session_key, session.id)
-        for d in prefixes:
-            self._by_turns.put(d, session.id)
-        return session, prefixes
+        if link is not None:
+            first = _first_key(link[0])
+            if self._by_turns.get(first) not in self._sessions:  # the session that sent it first keeps it
+                self._by_turns.put(first, session.id)
+            if depth > 1:
+                self._by_turns.put(_depth_key(link[0], depth, view.turn(depth - 1)), session.id)
+        return session, link
 
-    def record_reply(self, session_id: str, prefixes: tuple[bytes, ...], reply_turn: str, reply_text: str,
+    def record_reply(self, session_id: str, link: Link, reply_turn: int, reply_text: str,
                      call_ids: Iterable[str]) -> None:
         """The reply of a request of ``session_id`` is known: index it for the requests that carry it."""
         if session_id not in self._sessions:
             return
-        last = prefixes[-1] if prefixes else b""
-        self._by_turns.put(digest(last, reply_turn), session_id)
+        if link is not None:
+            self._by_turns.put(_depth_key(link[0], link[1] + 1, reply_turn), session_id)
         for line in _lines(reply_text)[:_LINES_PER_REPLY]:
-            self._by_line.put(digest("line", line), session_id)
+            self._by_line.put(hash(line), session_id)
         for call_id in call_ids:
             if call_id:
-                self._by_line.put(digest("call", call_id), session_id)
+                self._by_line.put(hash(("call", call_id)), session_id)
 
     def expire(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
@@ -105,32 +123,46 @@ class SessionTable:
         return len(self._sessions)
 
     # ---- internal helpers ----------------------------------------------------------------
-    def _linked(self, view: RequestView, prefixes: tuple[bytes, ...]) -> str | None:
+    def _linked(self, view: RequestView, link: Link) -> str | None:
         if view.session_key is not None:
             sid = self._by_key.get(view.session_key)
             return sid if sid in self._sessions else None  # a key never joins a session by content
-        for depth in range(len(prefixes), 1, -1):
-            sid = self._by_turns.get(prefixes[depth - 1])
-            if sid in self._sessions:
-                return sid
+        if link is not None:
+            first, depth = link
+            for d in range(depth, max(1, depth - _SCAN_TURNS), -1):
+                sid = self._by_turns.get(_depth_key(first, d, view.turn(d - 1)))
+                if sid in self._sessions:
+                    return sid
         votes: Counter[str] = Counter()
-        carried = [digest("line", line) for text in view.texts for line in _lines(text)][-_LINES_PER_REQUEST:]
-        for key in carried + [digest("call", c) for c in view.call_ids[-_LINES_PER_REQUEST:]]:
+        for key in self._carried(view):
             sid = self._by_line.get(key)
             if sid in self._sessions:
                 votes[sid] += 1
         if votes:
             return max(votes, key=lambda s: (votes[s], self._sessions[s].last_seen))
-        first = self._by_turns.get(prefixes[0]) if prefixes else None
-        return first if first in self._sessions else None
+        sid = self._by_turns.get(_first_key(link[0])) if link is not None else None
+        return sid if sid in self._sessions else None
+
+    @staticmethod
+    def _carried(view: RequestView) -> list[int]:
+        """Keys of the lines and tool call ids the request carries, the latest first, bounded."""
+        keys = [hash(("call", c)) for c in view.call_ids(_SCAN_TURNS)]
+        budget = _SCAN_CHARS
+        for text in view.texts():
+            keys += [hash(line) for line in reversed(_lines(text[-budget:]))]
+            budget -= len(text)
+            if budget <= 0 or len(keys) >= _LINES_PER_REQUEST:
+                break
+        return keys[:_LINES_PER_REQUEST]
 
 
-def _prefix_digests(turns: tuple[str, ...]) -> tuple[bytes, ...]:
-    out, last = [], b""
-    for turn in turns:
-        last = digest(last, turn)
-        out.append(last)
-    return tuple(out)
+def _first_key(first: int) -> int:
+    return hash(("first", first))
+
+
+def _depth_key(first: int, depth: int, last: int) -> int:
+    """The key of a conversation ``depth`` messages long, by its first and last messages."""
+    return hash((first, depth, last))
 
 
 def _lines(text: str) -> list[str]:

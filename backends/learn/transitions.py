@@ -8,6 +8,9 @@ agents (the least recently observed row is forgotten) and in successors (the lig
 Expected steps come from :func:`.steps.chain_from_counts` (learned routing's math), solved again
 only after ``refresh`` observations, or the square of the agents over 16 when that is more (a
 solve costs about that many times a request's work), so that a request pays little on average.
+A young model (fewer than ``8 * refresh`` observations) is solved more often, after an eighth of
+what it has seen: it learns a new app's first transitions within a few requests, while its solves
+are cheap and few.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class TransitionModel:
         self._rows: BoundedLRU[str, dict[str | None, float]] = BoundedLRU(max_agents)
         self._solved: StepsModel | None = None
         self._dirty = 0
+        self._observed = 0
+        self._steps: dict[str, dict[str, float]] = {}
 
     def observe(self, source: str, target: str | None) -> None:
         """``target`` followed ``source`` in a session (``None``: the session ended after it)."""
@@ -39,15 +44,21 @@ class TransitionModel:
             del row[min(row, key=row.__getitem__)]
         self._rows.put(source, row)
         self._dirty += 1
+        self._observed += 1
 
     def steps(self, current: str) -> dict[str, float]:
-        """Expected steps of every agent the model knows while ``current`` runs (``current``: 0)."""
+        """Expected steps of every agent the model knows while ``current`` runs (``current``: 0).
+        The same map (do not change it) until the model is solved again: a host may build one hint
+        from it per solve instead of one per request."""
         n = len(self._rows)
-        if self._solved is None or self._dirty >= max(self.refresh, n * n // 16):
-            self._solved, self._dirty = self._solve(), 0
-        if current not in self._solved.states:
-            return {current: 0.0}
-        return self._solved.steps(current)
+        due = max(1, min(self.refresh, self._observed // 8), n * n // 16)
+        if self._solved is None or self._dirty >= due:
+            self._solved, self._dirty, self._steps = self._solve(), 0, {}
+        steps = self._steps.get(current)
+        if steps is None:
+            steps = {current: 0.0} if current not in self._solved.states else self._solved.steps(current)
+            self._steps[current] = steps
+        return steps
 
     def transitions(self) -> list[dict[str, Any]]:
         """Every row as ``{"from", "to", "probability", "weight"}`` (``to`` None: the session ends),

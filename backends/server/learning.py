@@ -10,12 +10,14 @@ session ids); ``kvflow graph --server URL`` prints it.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal, Mapping
 
 from fastapi import APIRouter, Request
+from pydantic_core import from_json
 
 from backends.learn import Learned
+from backends.learn.host import learned_view
+from backends.learn.host import learner_stats as stats_of
 from backends.server.errors import APIError
 from backends.server.serving import ServerContext
 from kvflow_orch.protocol import LEARNED_ROUTE, KVFlowHint
@@ -29,7 +31,9 @@ async def learned_hint(request: Request, ctx: ServerContext, route: Literal["cha
     learner = ctx.learner
     if learner is None:
         return declared, None
-    body = json.loads(await request.body())  # the route validated it already: a JSON object
+    # the route validated it already (a JSON object) into its model, which keeps none of the session
+    # keys; pydantic's parser without string caching is the cheapest second reading
+    body = from_json(await request.body(), cache_strings=False)
     learned = learner.observe(body, route=route, headers=request.headers, declared=declared)
     for update in learner.ended():
         ctx.engine.apply_steps(update)
@@ -44,9 +48,7 @@ def learned_reply(ctx: ServerContext, learned: Learned | None, message: Mapping[
 
 def learner_stats(ctx: ServerContext) -> dict[str, Any]:
     """The ``learner`` part of ``/kvflow/v1/stats`` (and of ``/metrics``, as ``kvflow_learner_*``)."""
-    if ctx.learner is None:
-        return {"enabled": False}
-    return {"enabled": True, **ctx.learner.stats()}
+    return stats_of(ctx.learner)
 
 
 def learned_router(ctx: ServerContext) -> APIRouter:
@@ -57,6 +59,6 @@ def learned_router(ctx: ServerContext) -> APIRouter:
         if ctx.learner is None:
             raise APIError(404, "the traffic learner is off on this server (started with --no-learned-hints)",
                            code="learner_off")
-        return {"namespace": ctx.learner.config.namespace, "stats": ctx.learner.stats(), **ctx.learner.graph()}
+        return learned_view(ctx.learner)
 
     return router

@@ -22,6 +22,7 @@ import sys
 from typing import Any, Sequence
 
 from backends.launch import LaunchPlan, ServeOptions, run_plan, serve_options
+from backends.learn.host import learned_hints_env
 from . import DISABLE_ENV, POLICY_NAME, TREE_CORE_ENV
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "parse_args", "main", "TREE_CORES"]
@@ -78,8 +79,10 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, tree_core: str 
 
 def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> LaunchPlan:
     """From ``kvflow serve``'s parsed arguments (attributes it may lack take their defaults)."""
-    return build_command(args.model, extra_argv, **serve_options(args, POLICY_NAME),
+    plan = build_command(args.model, extra_argv, **serve_options(args, POLICY_NAME),
                          tree_core=getattr(args, "tree_core", None))
+    plan.env.update(learned_hints_env(bool(getattr(args, "learned_hints", False))))  # read by the plugin's routes
+    return plan
 
 
 def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:

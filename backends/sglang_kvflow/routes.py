@@ -5,6 +5,14 @@
 * ``GET /kvflow/v1/info``: backend, versions, policy, tiers and capacities (what the runtime probes).
 * ``GET /kvflow/v1/stats``: every DP rank's counters and occupancy, summed.
 
+* ``GET /kvflow/v1/learned``: what the traffic learner learned (404 while it is off).
+
+Learned hints (``KVFLOW_LEARNED_HINTS=on``, which ``kvflow serve --engine sglang --learned-hints``
+sets): :class:`backends.learn.asgi.LearningMiddleware` on the app gives a request without a hint the
+learned one as ``custom_params.kvflow``, which then takes the declared hints' path
+(:func:`~.hints_bridge.validate_generate_request`, the scheduler's intake); a learned session that
+ends reaches the scheduler as a ``done`` steps update.
+
 SGLang's own middleware (``--api-key``) covers these routes like every other.
 """
 
@@ -12,13 +20,16 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Mapping
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError, read_steps_update,
-                                  steps_as_json)
+from backends.learn import TrafficLearner
+from backends.learn.asgi import LearningMiddleware
+from backends.learn.host import learned_view, learner_from_env, learner_stats
+from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, LEARNED_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError,
+                                  StepsUpdate, read_steps_update, steps_as_json)
 
 from .hints_bridge import KVFlowStatsReq, KVFlowStepsReq
 from .stats import merge_stats
@@ -26,6 +37,7 @@ from .stats import merge_stats
 __all__ = ["install_routes", "info_payload"]
 
 PROTOCOL_VERSION = 1
+_learner: TrafficLearner | None = None  # the app's (install_routes sets it; one app per process)
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -48,15 +60,22 @@ async def post_steps(request: Request) -> JSONResponse:
         update = read_steps_update(await request.body())
     except HintError as exc:
         return _error(exc.status, str(exc))
+    if not await _dispatch(update):
+        return _not_running()
+    return JSONResponse({"ok": True, "workflow_id": update.workflow_id, "agents": len(update.steps),
+                         "done": update.done})
+
+
+async def _dispatch(update: StepsUpdate) -> bool:
+    """Send a validated steps update to the scheduler; False while the tokenizer manager is not up."""
     manager = _tokenizer_manager()
     if manager is None:
-        return _not_running()
+        return False
     await manager._async_dispatch_to_scheduler(KVFlowStepsReq(
         workflow_id=update.workflow_id, namespace=update.namespace, steps=steps_as_json(update.steps), done=update.done,
         sent_at=time.time(),
     ))
-    return JSONResponse({"ok": True, "workflow_id": update.workflow_id, "agents": len(update.steps),
-                         "done": update.done})
+    return True
 
 
 def info_payload(server_args: Any) -> dict[str, Any]:
@@ -85,7 +104,8 @@ def info_payload(server_args: Any) -> dict[str, Any]:
             "hicache_size_gb": getattr(server_args, "hicache_size", None) if hicache else None,
         },
         "hints": {"openai": [CUSTOM_PARAMS]},  # what hints_bridge reads
-        "routes": {"steps": STEPS_ROUTE, "stats": STATS_ROUTE},
+        "routes": {"steps": STEPS_ROUTE, "stats": STATS_ROUTE, "learned": LEARNED_ROUTE},
+        "learned_hints": _learner is not None,
     }
 
 
@@ -105,12 +125,25 @@ async def get_stats() -> JSONResponse:
         return _error(503, "kvflow stats are unavailable: the plugin is not loaded in the tokenizer manager",
                       "server_error")
     replies = await communicator.queueing_call(KVFlowStatsReq())
-    return JSONResponse(merge_stats(reply.stats for reply in replies))
+    return JSONResponse({**merge_stats(reply.stats for reply in replies), "learner": learner_stats(_learner)})
 
 
-def install_routes(app: Any) -> None:
-    """Add the routes once (idempotent); call before uvicorn starts serving ``app``."""
+async def get_learned() -> JSONResponse:
+    if _learner is None:
+        return _error(404, "the traffic learner is off on this server (start it with --learned-hints)")
+    return JSONResponse(learned_view(_learner))
+
+
+def install_routes(app: Any, environ: Mapping[str, str] | None = None) -> None:
+    """Add the routes once (idempotent), and the learner's middleware when ``KVFLOW_LEARNED_HINTS``
+    is on in ``environ`` (default: the process's); call before uvicorn starts serving ``app``."""
+    global _learner
     existing = {getattr(route, "path", None) for route in app.routes}
+    if LEARNED_ROUTE not in existing:
+        app.add_api_route(LEARNED_ROUTE, get_learned, methods=["GET"])
+        _learner = learner_from_env(environ)
+        if _learner is not None:
+            app.add_middleware(LearningMiddleware, learner=_learner, done=_dispatch, locations=(CUSTOM_PARAMS,))
     if STEPS_ROUTE not in existing:
         app.add_api_route(STEPS_ROUTE, post_steps, methods=["POST"])
     if INFO_ROUTE not in existing:

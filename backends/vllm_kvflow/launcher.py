@@ -37,6 +37,7 @@ from typing import Any, Iterator, Sequence
 
 from backends import process_group
 from backends.launch import LaunchPlan, ServeOptions, run_plan, serve_options
+from backends.learn.host import learned_hints_env
 from . import CONFIG_ENV, PLUGIN_NAME, POLICY_NAME, SCHEDULER_CLS
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "main", "block_size_of", "kv_bytes_per_token",
@@ -221,7 +222,9 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, python: str = s
 
 def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> LaunchPlan:
     """From ``kvflow serve``'s parsed arguments (attributes it may lack take their defaults)."""
-    return build_command(args.model, extra_argv, **serve_options(args, POLICY_NAME))
+    plan = build_command(args.model, extra_argv, **serve_options(args, POLICY_NAME))
+    plan.env.update(learned_hints_env(bool(getattr(args, "learned_hints", False))))  # read by the plugin's routes
+    return plan
 
 
 def main(args: argparse.Namespace, extra_argv: Sequence[str] = ()) -> int:

@@ -12,6 +12,12 @@ field), moves ``custom_params.kvflow`` to ``kv_transfer_params.kvflow``, and tur
 ``fixed_prefix`` (leading messages, or characters of a text prompt) into tokens with the served
 model's tokenizer and chat template, so the scheduler tags exactly the fixed prompt.
 
+Learned hints (``KVFLOW_LEARNED_HINTS=on``, which ``kvflow serve --engine vllm --learned-hints``
+sets): :class:`backends.learn.asgi.LearningMiddleware` runs before the hint middleware, so a
+request without a hint reaches it carrying the learned one and takes the declared hints' path; the
+learner's counts join ``/kvflow/v1/stats`` (``learner``) and ``GET /kvflow/v1/learned`` shows what
+it learned.
+
 vLLM's ``--api-key`` guards ``/v1`` only: these routes check the same key themselves.
 """
 
@@ -24,8 +30,10 @@ from typing import Any, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, STATS_ROUTE, STEPS_ROUTE, HintError,
-                                  extract_hint, read_steps_update)
+from backends.learn.asgi import BODY_SCOPE_KEY, MAX_BODY_BYTES, LearningMiddleware, read_body, replay
+from backends.learn.host import learned_view, learner_from_env, learner_stats
+from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, LEARNED_ROUTE, STATS_ROUTE,
+                                  STEPS_ROUTE, HintError, StepsUpdate, extract_hint, read_steps_update)
 
 from . import PLUGIN_NAME, UTILITY
 from .state import HINT_KEY, PREFIX_TOKENS_KEY
@@ -34,7 +42,6 @@ __all__ = ["KVFlowEndpoints", "rewrite_body", "PROTOCOL_VERSION", "HINT_ROUTES"]
 
 PROTOCOL_VERSION = 1
 HINT_ROUTES = ("/v1/chat/completions", "/v1/completions")
-MAX_BODY_BYTES = 64 << 20
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -84,21 +91,15 @@ class _HintMiddleware:
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in HINT_ROUTES:
             await self.app(scope, receive, send)
             return
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > MAX_BODY_BYTES:
-                await _error(413, f"request body over {MAX_BODY_BYTES} bytes")(scope, receive, send)
-                return
-            if not message.get("more_body"):
-                break
-        raw = b"".join(chunks)
+        raw = await read_body(receive)
+        if raw is None:
+            return
+        if len(raw) > MAX_BODY_BYTES:
+            await _error(413, f"request body over {MAX_BODY_BYTES} bytes")(scope, receive, send)
+            return
+        body = scope.get(BODY_SCOPE_KEY)  # parsed already by the learner's middleware
         try:
-            body = json.loads(raw) if raw else None
+            body = json.loads(raw) if raw and body is None else body
         except ValueError:
             body = None  # not JSON: vLLM answers it as usual
         try:
@@ -110,16 +111,7 @@ class _HintMiddleware:
             raw = json.dumps(new).encode()
             headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
             scope = {**scope, "headers": headers + [(b"content-length", str(len(raw)).encode())]}
-        sent = False
-
-        async def replay() -> dict:
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay(raw, receive), send)
 
 
 class KVFlowEndpoints:
@@ -133,12 +125,17 @@ class KVFlowEndpoints:
         self.api_key: str | None = None
         self.args: Any = None
         self.tokenizer: Any = None
+        self.learner = learner_from_env()
 
     def attach_router(self, app: FastAPI) -> None:
         app.add_api_route(STEPS_ROUTE, self.post_steps, methods=["POST"])
         app.add_api_route(INFO_ROUTE, self.get_info, methods=["GET"])
         app.add_api_route(STATS_ROUTE, self.get_stats, methods=["GET"])
+        app.add_api_route(LEARNED_ROUTE, self.get_learned, methods=["GET"])
         app.add_middleware(_HintMiddleware, tokenizer_of=lambda: self.tokenizer)
+        if self.learner is not None:  # added last: the outermost, so the hint middleware sees learned hints
+            app.add_middleware(LearningMiddleware, learner=self.learner, done=self._workflow_done,
+                               locations=(CUSTOM_PARAMS, KV_TRANSFER_PARAMS))
 
     async def init_state(self, engine_client: Any, state: Any, args: Any) -> None:
         self.engine, self.args = engine_client, args
@@ -164,6 +161,11 @@ class KVFlowEndpoints:
         if every_engine and hasattr(core, "call_utility_all_async"):
             return (await core.call_utility_all_async(UTILITY, verb, payload))[0]
         return await core.call_utility_async(UTILITY, verb, payload)
+
+    async def _workflow_done(self, update: StepsUpdate) -> None:
+        """A learned session ended: its workflow's steps leave every scheduler's table."""
+        if self.engine is not None:
+            await self._call("steps", update.model_dump(mode="json"), every_engine=True)
 
     def _model_name(self) -> str | None:
         served = getattr(self.args, "served_model_name", None)
@@ -207,10 +209,18 @@ class KVFlowEndpoints:
             },
             # vLLM's own field first: it reaches Request.kv_transfer_params as sent
             "hints": {"openai": [KV_TRANSFER_PARAMS, CUSTOM_PARAMS]},
-            "routes": {"steps": STEPS_ROUTE, "stats": STATS_ROUTE},
+            "routes": {"steps": STEPS_ROUTE, "stats": STATS_ROUTE, "learned": LEARNED_ROUTE},
+            "learned_hints": self.learner is not None,
         })
 
     async def get_stats(self, request: Request) -> JSONResponse:
         if (refused := self._refuse(request)) is not None:
             return refused
-        return JSONResponse(await self._call("stats"))
+        return JSONResponse({**await self._call("stats"), "learner": learner_stats(self.learner)})
+
+    async def get_learned(self, request: Request) -> JSONResponse:
+        if (refused := self._refuse(request)) is not None:
+            return refused
+        if self.learner is None:
+            return _error(404, "the traffic learner is off on this server (start it with --learned-hints)")
+        return JSONResponse(learned_view(self.learner))

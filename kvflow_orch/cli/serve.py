@@ -6,8 +6,9 @@
                  [SGLANG OR VLLM FLAGS...]
 
 With ``--learned-hints``, requests that carry no kvflow hint get a learned one (agents, sessions and
-who follows whom, learned from the traffic: ``backends.learn``); a declared hint always wins. The
-embedded engine only, for now.
+who follows whom, learned from the traffic: ``backends.learn``); a declared hint always wins. On
+every engine: the embedded server's routes call the learner, the vLLM and SGLang plugins run it
+as a middleware (``backends.learn.asgi``, switched on by ``KVFLOW_LEARNED_HINTS``).
 
 The server binds 127.0.0.1 unless ``--host`` says otherwise. On loopback it answers only requests
 whose Host header is a loopback name and refuses web pages of other hosts (``--allowed-hosts``:
@@ -80,8 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mount /kvflow/v1/debug/* (cache integrity check, hint-table size); off by default")
     parser.add_argument("--learned-hints", action=argparse.BooleanOptionalAction, default=False,
                         help="learn agents, sessions and steps from requests that carry no kvflow hint and serve "
-                             "them with the learned hints; a declared hint always wins (default: off until the "
-                             "no-harm benchmark is measured, see README; the embedded engine only, for now)")
+                             "them with the learned hints; a declared hint always wins (default: off until one "
+                             "benchmark run meets issue 23's no-harm and cost targets together, see README)")
     parser.add_argument("--engine", choices=engine_names(), default="local",
                         help="; ".join(f"{name}: {get_engine(name).help}" for name in engine_names()))
 
@@ -110,9 +111,9 @@ def main(args: argparse.Namespace) -> int:
               "the plugin's own option (SGLang: --radix-eviction-policy-config '{\"prefetch_lookahead\": N}')",
               file=sys.stderr)
         return 2
-    if engine.external and args.learned_hints:
-        print("kvflow serve: --learned-hints runs on the embedded engine only for now, "
-              f"not with --engine {args.engine}", file=sys.stderr)
+    if args.engine == "sglang" and args.learned_hints and args.policy != "kvflow":
+        print("kvflow serve: --learned-hints with --engine sglang needs --policy kvflow (the plugin that applies "
+              "hints is off with any other policy)", file=sys.stderr)
         return 2
     if engine.external and args.dtype is not None:
         extra += ["--dtype", args.dtype]  # the engine's own flag, same meaning

@@ -115,8 +115,19 @@ def test_graph_needs_exactly_one_source(capsys: pytest.CaptureFixture[str]) -> N
     assert "cannot reach" in capsys.readouterr().err
 
 
-def test_learned_hints_flag_is_refused_for_external_engines(capsys: pytest.CaptureFixture[str]) -> None:
+def test_learned_hints_reach_the_plugin_hosts_through_their_launch_plans(capsys: pytest.CaptureFixture[str]) -> None:
+    """The vLLM and SGLang plugins run the learner themselves (tests/frameworks/test_frameworks_vllm.py,
+    tests/sglang/test_learned_hints.py): the switch travels as KVFLOW_LEARNED_HINTS."""
+    import argparse
+
+    from backends.sglang_kvflow.launcher import plan_from_args as sglang_plan
+    from backends.vllm_kvflow.launcher import plan_from_args as vllm_plan
     from kvflow_orch import cli
 
-    assert cli.main(["serve", "--engine", "vllm", "--model", "tiny-random", "--learned-hints"]) == 2
-    assert "embedded engine only" in capsys.readouterr().err
+    for plan in (vllm_plan, sglang_plan):
+        assert plan(argparse.Namespace(model="/m", learned_hints=True), []).env["KVFLOW_LEARNED_HINTS"] == "on"
+        assert plan(argparse.Namespace(model="/m", learned_hints=False), []).env["KVFLOW_LEARNED_HINTS"] == "off"
+    # SGLang's plugin (which applies hints) is off with any other policy: refused, naming the fix
+    argv = ["serve", "--engine", "sglang", "--policy", "lru", "--model", "tiny-random", "--learned-hints"]
+    assert cli.main(argv) == 2
+    assert "--policy kvflow" in capsys.readouterr().err
