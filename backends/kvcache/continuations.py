@@ -1,0 +1,202 @@
+"""Continuations: conversations kept across an agent's pause (a tool call, an announced wait).
+
+A ReAct agent calls the model, runs a tool for a moment or for many seconds, then calls again with
+its whole conversation plus the tool's result. Under pressure from other agents LRU evicts that
+conversation during the pause and the next turn pays the prefill again. The brain keeps it instead,
+until a retention deadline, ranked against the other agents' fixed prompts by when it will be used:
+
+* **When.** A request's reply ends in tool calls (the host says so with :meth:`Continuations.pause`
+  and the tools' names), or its hint carries ``resume_in_s`` (the client announced the pause). The
+  conversation kept is the request's prompt and reply, as the host inserted it
+  (:meth:`Continuations.note_turn`).
+* **Tied back by a session.** A hinted request's session is its ``(namespace, workflow_id/agent)``;
+  plain traffic needs an explicit session key (the OpenAI ``user`` / ``prompt_cache_key`` fields).
+  A request without either is never kept: nothing would tie its return to it.
+* **Ranked by expected time to reuse, in steps.** The policy orders protected prefixes by steps
+  (how many agent calls away they are). A continuation expected back in ``t`` seconds gets
+  ``t / step_s`` steps, where ``step_s`` is the observed mean duration of one model call (decayed,
+  :data:`STEP_DECAY`; ``step_default_s`` before any call ended). So a conversation whose tool takes
+  as long as three calls ranks with an agent three steps away. It rides on the hint table as a
+  one-agent workflow of its own, so every host's :func:`~.policy.kvflow_key` ranks it with no change,
+  the namespace cap counts its tokens (:class:`~.prefixes.AgentPrefixes`), and prefetch sees it.
+* **Deadline.** ``t`` is the client's ``resume_in_s``, else the tools' observed pause
+  (:class:`ToolDurations`: per tool name and namespace, the :data:`TOOL_QUANTILE` quantile of the
+  last :data:`TOOL_WINDOW` observed pauses, the slowest of the reply's tools; ``tool_default_s``
+  cold). The conversation is kept until ``t * DEADLINE_SLACK + DEADLINE_GRACE_S`` after the pause
+  began, at most ``continuation_max_s``. Past it the record is dropped and its tags go: the
+  conversation is as evictable as any dynamic suffix (counted ``continuations_expired``).
+* **Return.** The session's next request before the deadline counts ``continuations_reused`` and
+  teaches :class:`ToolDurations` how long the pause lasted; the kept record stays until that
+  request ends (it then holds its own lock), when :meth:`Continuations.conclude` drops it, and a new
+  pause keeps the longer conversation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Generic, MutableMapping, Sequence, TypeVar
+
+from .bounded import BoundedLRU
+from .hints import AgentRef, HintTable
+from .prefixes import AgentPrefixes
+
+__all__ = ["SessionRef", "ToolDurations", "Continuation", "Continuations", "CONTINUATION_COUNTERS",
+           "TOOL_WINDOW", "TOOL_QUANTILE", "DEADLINE_SLACK", "DEADLINE_GRACE_S", "STEP_DECAY"]
+
+P = TypeVar("P")
+
+SessionRef = tuple[str, str]
+"""``(namespace, session key)``: what ties a returning request to its kept conversation."""
+
+CONTINUATION_COUNTERS = ("continuations_kept", "continuations_reused", "continuations_expired")
+TOOL_WINDOW = 32
+TOOL_QUANTILE = 0.9
+DEADLINE_SLACK = 1.5
+DEADLINE_GRACE_S = 1.0
+STEP_DECAY = 0.2
+"""Weight of the newest call in the decayed mean call duration (about the last five calls count)."""
+_AGENT_PREFIX = "~continuation/"  # the continuation's agent name in the hint table (no agent of a client)
+
+
+class ToolDurations:
+    """Observed pauses per ``(namespace, tool)``: the last :data:`TOOL_WINDOW` of each, at most
+    ``max_tools`` tools (the least recently observed forgotten first)."""
+
+    def __init__(self, default_s: float, max_tools: int = 4096) -> None:
+        self.default_s = default_s
+        self._seen: BoundedLRU[tuple[str, str], list[float]] = BoundedLRU(max_tools)
+
+    def observe(self, namespace: str, tool: str, seconds: float) -> None:
+        key = (namespace, tool)
+        window = self._seen.pop(key) or []
+        window.append(max(0.0, seconds))
+        self._seen.put(key, window[-TOOL_WINDOW:])
+
+    def estimate(self, namespace: str, tools: Sequence[str]) -> float:
+        """The expected pause for a reply calling ``tools``: the slowest known tool's quantile;
+        ``default_s`` when none of them was observed yet."""
+        known = [_quantile(w, TOOL_QUANTILE) for tool in tools if (w := self._seen.get((namespace, tool)))]
+        return max(known) if known else self.default_s
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+@dataclass
+class Continuation(Generic[P]):
+    ref: AgentRef
+    """The agent ref its conversation is tagged with (one per session)."""
+    record: P
+    tokens: int
+    tools: tuple[str, ...]
+    paused_at: float
+    deadline: float
+    returned: bool = False
+
+
+class Continuations(Generic[P]):
+    """Kept conversations of one host; part of :class:`~.intake.RequestIntake`, which calls it."""
+
+    def __init__(self, hints: HintTable, prefixes: AgentPrefixes[P], counters: MutableMapping[str, int], *,
+                 tool_default_s: float, max_s: float, step_default_s: float, max_sessions: int,
+                 max_tokens: int) -> None:
+        """``counters`` is the intake's: :data:`CONTINUATION_COUNTERS` are set there."""
+        self.hints, self.prefixes = hints, prefixes
+        self.durations = ToolDurations(tool_default_s)
+        self.max_s = max_s
+        self.step_s = step_default_s
+        self.counters = counters
+        for name in CONTINUATION_COUNTERS:
+            counters.setdefault(name, 0)
+        self._kept: dict[SessionRef, Continuation[P]] = {}
+        # The last conversation of each session, until a pause keeps it (a host learns of tool calls
+        # after the request ended): bounded in sessions and tokens.
+        self._turns: BoundedLRU[SessionRef, tuple[P, int]] = BoundedLRU(max_sessions, max_tokens,
+                                                                         weigh=lambda turn: turn[1])
+
+    def returning(self, session: SessionRef, now: float) -> bool:
+        """A request of ``session`` arrived: whether it returns to a kept conversation (counted,
+        and the pause's duration observed for its tools)."""
+        kept = self._kept.get(session)
+        if kept is None or kept.returned or now > kept.deadline:
+            return False
+        kept.returned = True
+        self.counters["continuations_reused"] += 1
+        for tool in kept.tools:
+            self.durations.observe(session[0], tool, now - kept.paused_at)
+        return True
+
+    def note_turn(self, session: SessionRef, record: P, tokens: int, call_s: float | None) -> list[tuple[AgentRef, P]]:
+        """A request of ``session`` ended with ``record`` (``tokens`` long) in the host's tree after a
+        call of ``call_s`` seconds. Drops the continuation it returned to; returns records to untag."""
+        if call_s is not None and math.isfinite(call_s) and call_s >= 0:
+            self.step_s += STEP_DECAY * (call_s - self.step_s)
+        self._turns.put(session, (record, tokens))
+        kept = self._kept.get(session)
+        return self._drop(session) if kept is not None and kept.returned else []
+
+    def pause(self, session: SessionRef, tools: Sequence[str], resume_in_s: float | None,
+              now: float) -> tuple[Continuation[P] | None, list[tuple[AgentRef, P]]]:
+        """Keep ``session``'s last conversation across a pause: calling ``tools`` (their observed
+        durations give the deadline), or ``resume_in_s`` seconds announced by the client. Returns
+        the continuation (``None``: no conversation known for the session) for the host to tag with
+        its ``ref``, and records to untag."""
+        turn = self._turns.pop(session)
+        if turn is None:
+            return None, []
+        record, tokens = turn
+        expected = resume_in_s if resume_in_s is not None else self.durations.estimate(session[0], tools)
+        hold = min(self.max_s, expected * DEADLINE_SLACK + DEADLINE_GRACE_S)
+        stale = self._drop(session)
+        ref = (session[0], _AGENT_PREFIX + _digest(session[1]))
+        kept = Continuation(ref, record, tokens, tuple(tools), now, now + hold)
+        self._kept[session] = kept
+        self.hints.set_steps(session[0], ref[1], {ref[1]: _rounded(expected / max(self.step_s, 1e-3))})
+        stale += self.prefixes.remember(ref, record, tokens)
+        self.counters["continuations_kept"] += 1
+        return kept, stale
+
+    def expire(self, now: float) -> list[tuple[AgentRef, P]]:
+        """Drop every continuation past its deadline (those never returned to count as expired);
+        returns the records to untag."""
+        stale: list[tuple[AgentRef, P]] = []
+        for session, kept in list(self._kept.items()):
+            if now > kept.deadline:
+                if not kept.returned:
+                    self.counters["continuations_expired"] += 1
+                stale += self._drop(session)
+        return stale
+
+    def next_deadline(self) -> float:
+        return min((kept.deadline for kept in self._kept.values()), default=math.inf)
+
+    def get(self, session: SessionRef) -> Continuation[P] | None:
+        return self._kept.get(session)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def _drop(self, session: SessionRef) -> list[tuple[AgentRef, P]]:
+        kept = self._kept.pop(session, None)
+        if kept is None:
+            return []
+        self.hints.forget(session[0], kept.ref[1])
+        if self.prefixes.get(kept.ref) is None:
+            return []  # the registry forgot it already (and returned it for untagging then)
+        return self.prefixes.remember(kept.ref, kept.record, 0)
+
+
+def _digest(key: str) -> str:
+    return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
+
+
+def _rounded(steps: float) -> float:
+    """Six significant digits, as the step math rounds steps (ties fall to LRU)."""
+    return float(f"{steps:.6g}")
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
