@@ -136,7 +136,7 @@ class RequestIntake(Generic[P]):
         if declared is not None and declared < 0:
             raise ValueError(f"fixed_prefix_tokens must be >= 0, got {declared}")
         hint = self._hint_for(request)
-        session = self._session_of(request, hint)
+        session = self.session_of(hint, request.session)
         now = self.clock()
         resumes = session is not None and self.continuations.returning(session, now)
         if hint is None:
@@ -163,7 +163,15 @@ class RequestIntake(Generic[P]):
         self.hints.apply_steps(update)
         self.counters["steps_updates"] += 1
 
-    # ---- continuations (.continuations) ------------------------------------------------------
+    # ---- continuations (.continuations) --------------------------------------------------
+    @staticmethod
+    def session_of(hint: KVFlowHint | None, key: str | None) -> SessionRef | None:
+        """The session a request belongs to: a hinted one's agent in its workflow, else its
+        explicit session ``key`` (``None``: none)."""
+        if hint is not None:
+            return hint.namespace, f"{hint.workflow_id}/{hint.agent}"
+        return None if key is None else (DEFAULT_NAMESPACE, key)
+
     def conclude(self, decision: IntakeDecision, record: P, tokens: int
                  ) -> tuple[Continuation[P] | None, list[tuple[AgentRef, P]]]:
         """A request of a session ended with ``record`` (``tokens`` long) in the host's tree. Drops
@@ -227,9 +235,3 @@ class RequestIntake(Generic[P]):
         requests without one)."""
         return request.hint
 
-    @staticmethod
-    def _session_of(request: AgentRequest, hint: KVFlowHint | None) -> SessionRef | None:
-        """A hinted request's session is its agent in its workflow; an unhinted one's, its key."""
-        if hint is not None:
-            return hint.namespace, f"{hint.workflow_id}/{hint.agent}"
-        return None if request.session is None else (DEFAULT_NAMESPACE, request.session)
