@@ -269,6 +269,11 @@ class KVCache:
             self._retag(stale, kept)
         return result
 
+    def returns_resident(self, prompt: Sequence[int], decision: IntakeDecision) -> bool:
+        """Whether a request (``decision``: its intake's) returns to a kept conversation whose KV,
+        most of its prompt, is still on device: hosts admit it first (:func:`.lifecycle.admission_order`)."""
+        return decision.resumes and 2 * self.match_prefix(prompt).device_tokens >= len(prompt)
+
     def pause(self, session: tuple[str, str], tools: Sequence[str], resume_in_s: float | None = None) -> bool:
         """The session's last reply ended in calls of ``tools``: keep its conversation until its
         deadline (:mod:`.continuations`). Returns whether there was one to keep."""

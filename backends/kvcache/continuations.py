@@ -25,8 +25,9 @@ until a retention deadline, ranked against the other agents' fixed prompts by wh
   cold). The conversation is kept until ``t * DEADLINE_SLACK + DEADLINE_GRACE_S`` after the pause
   began, at most ``continuation_max_s``. Past it the record is dropped and its tags go: the
   conversation is as evictable as any dynamic suffix (counted ``continuations_expired``).
-* **Return.** The session's next request before the deadline counts ``continuations_reused`` and
-  teaches :class:`ToolDurations` how long the pause lasted; the kept record stays until that
+* **Return.** The session's next request teaches :class:`ToolDurations` how long the pause lasted
+  (a late one too: a slow tool's deadline grows from its cold-start default); before the deadline it
+  counts ``continuations_reused``, and the kept record stays until that
   request ends (it then holds its own lock), when :meth:`Continuations.conclude` drops it, and a new
   pause keeps the longer conversation.
 """
@@ -115,18 +116,27 @@ class Continuations(Generic[P]):
         # after the request ended): bounded in sessions and tokens.
         self._turns: BoundedLRU[SessionRef, tuple[P, int]] = BoundedLRU(max_sessions, max_tokens,
                                                                          weigh=lambda turn: turn[1])
+        # Expired pauses whose return is still to come: a tool that outlasts its deadline is learned
+        # from all the same (else a slow tool's cold-start deadline would never grow).
+        self._late: BoundedLRU[SessionRef, tuple[tuple[str, ...], float]] = BoundedLRU(max_sessions)
 
     def returning(self, session: SessionRef, now: float) -> bool:
         """A request of ``session`` arrived: whether it returns to a kept conversation (counted,
         and the pause's duration observed for its tools)."""
+        late = self._late.pop(session)
+        if late is not None:  # back after its deadline: too late to reuse, not to learn from
+            self._observe(session[0], late[0], now - late[1])
         kept = self._kept.get(session)
         if kept is None or kept.returned or now > kept.deadline:
             return False
         kept.returned = True
         self.counters["continuations_reused"] += 1
-        for tool in kept.tools:
-            self.durations.observe(session[0], tool, now - kept.paused_at)
+        self._observe(session[0], kept.tools, now - kept.paused_at)
         return True
+
+    def _observe(self, namespace: str, tools: Sequence[str], seconds: float) -> None:
+        for tool in tools:
+            self.durations.observe(namespace, tool, seconds)
 
     def note_turn(self, session: SessionRef, record: P, tokens: int, call_s: float | None) -> list[tuple[AgentRef, P]]:
         """A request of ``session`` ended with ``record`` (``tokens`` long) in the host's tree after a
@@ -166,6 +176,7 @@ class Continuations(Generic[P]):
             if now > kept.deadline:
                 if not kept.returned:
                     self.counters["continuations_expired"] += 1
+                    self._late.put(session, (kept.tools, kept.paused_at))
                 stale += self._drop(session)
         return stale
 

@@ -218,10 +218,7 @@ class Scheduler:
         return admitted
 
     def _resident_return(self, state: RequestState) -> bool:
-        """A return to a kept conversation whose KV (most of its prompt) is still on device."""
-        if not state.intake.resumes:
-            return False
-        return 2 * self.cache.match_prefix(state.cache_key(state.prompt)).device_tokens >= len(state.prompt)
+        return self.cache.returns_resident(state.cache_key(state.prompt), state.intake)
 
     def _start(self, state: RequestState, reservation: Reservation) -> None:
         state.reservation = reservation  # from here on, every ending gives it back

@@ -83,6 +83,15 @@ def test_past_its_deadline_the_conversation_is_as_evictable_as_any_suffix(make_c
     assert len(cache.intake.continuations) == 0 and cache.hints.workflow_count == 0
 
 
+def test_a_tool_that_outlasts_its_deadline_is_learned_from_its_late_return(make_cache, clock):
+    cache = paused_cache(make_cache, tool_default_s=2.0)
+    cache.pause(SESSION, ["build"])
+    clock.now += 20.0
+    cache.accept(AgentRequest(CONVERSATION + [7], session="user-7"))
+    assert cache.intake.counters["continuations_expired"] == 1 and cache.intake.counters["continuations_reused"] == 0
+    assert cache.intake.continuations.durations.estimate("default", ["build"]) == pytest.approx(20.0)
+
+
 def test_the_return_before_the_deadline_is_reused_and_teaches_the_tools_duration(make_cache, clock):
     cache = paused_cache(make_cache)
     cache.pause(SESSION, ["search"])
@@ -152,3 +161,19 @@ def test_tool_durations_are_a_bounded_per_namespace_quantile_with_a_cold_default
     assert durations.estimate("ns", ["shell"]) == 0.5  # only the recent window counts
     durations.observe("ns", "third", 1.0)
     assert len(durations) == 2 and durations.estimate("ns", ["search"]) == 2.0  # the oldest tool forgotten
+
+
+def test_resident_returns_go_first_and_nobody_is_passed_over_without_bound():
+    from backends.kvcache import MAX_PASSED, admission_order, passed_over
+
+    class Waiting:
+        def __init__(self, name, returning):
+            self.name, self.returning, self.passed = name, returning, 0
+
+    old, back, new = Waiting("old", False), Waiting("back", True), Waiting("new", False)
+    queue = [old, back, new]
+    order = admission_order(queue, lambda w: w.returning, lambda w: w.passed)
+    assert [w.name for w in order] == ["back", "old", "new"]
+    assert passed_over(queue, back) == [old]
+    old.passed = MAX_PASSED  # passed over too often: plain arrival order until it is in
+    assert [w.name for w in admission_order(queue, lambda w: w.returning, lambda w: w.passed)] == ["old", "back", "new"]
