@@ -94,8 +94,8 @@ def react_plan(spec: ReactSpec) -> list[AgentPlan]:
             tool = SLOW_TOOL if rng.random() < spec.slow_share else FAST_TOOL
             tools.append((tool, rng.uniform(tool.low_s, tool.high_s), random_tokens(rng, spec.result_tokens)))
         outputs = tuple(random_tokens(rng, spec.output_tokens) for _ in range(spec.turns))
-        plans.append(AgentPlan(f"agent{i}", random_tokens(rng, spec.system_tokens), random_tokens(rng, spec.task_tokens),
-                               outputs, tuple(tools), i * spec.stagger_s))
+        system, task = random_tokens(rng, spec.system_tokens), random_tokens(rng, spec.task_tokens)
+        plans.append(AgentPlan(f"agent{i}", system, task, outputs, tuple(tools), i * spec.stagger_s))
     return plans
 
 

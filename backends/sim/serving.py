@@ -9,11 +9,12 @@ from the roofline :class:`~.cost.CostModel`, copies from :class:`~.link.Link`.
 Scheduling, once per iteration of the compute stream:
 
 1. walk the waiting queue in the brain's admission order (arrival order, except that a return to a
-   kept conversation still on device goes first, :func:`~backends.kvcache.admission_order`); with ``status_aware`` a request whose prefix is still
-   loading is skipped (it stays queued) and later ready requests are considered; without it, the
-   walk stops there (FCFS). A request is admitted when the brain reserves device slots for every
-   token it computes (the engine's rule: the prompt past its reused prefix, the output but its last
-   token), within a per-iteration budget of prompt tokens to compute;
+   kept conversation still on device goes first, :func:`~backends.kvcache.admission_order`); with
+   ``status_aware`` a request whose prefix is still loading is skipped (it stays queued) and later
+   ready requests are considered; without it, the walk stops there (FCFS). A request is admitted
+   when the brain reserves device slots for every token it computes (the engine's rule: the prompt
+   past its reused prefix, the output but its last token), within a per-iteration budget of prompt
+   tokens to compute;
 2. run one forward pass over the admitted prefills and one decode token of every running request.
    A load the brain started at admission overlaps the pass layer by layer, so the pass ends no
    earlier than that load plus one layer's compute. With no prefill to run, decode steps are taken
