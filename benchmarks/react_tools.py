@@ -3,11 +3,13 @@ with them, plus Bélády on the same requests, side by side in one run, on the e
 the simulator.
 
     flock /tmp/kvflow-timing.lock env PYTHONPATH=$PWD .venv/bin/python benchmarks/react_tools.py \\
-        [--agents 16] [--turns 4] [--slow-share 0.25] [--pool-share 0.45] [--time-scale 0.2] \\
+        [--agents 32] [--turns 6] [--engine-agents 8] [--engine-turns 4] [--slow-share 0.25] \\
+        [--pool-share 0.45] [--time-scale 1.0] \\
         [--model tiny-random] [--sim-hardware a10g --sim-model llama-3.1-8b] [--out DIR]
 
-Workload (``backends/sim/react.py``, the same plan on both): ``--agents`` concurrent ReAct jobs of
-``--turns`` model calls; between two calls a tool runs, fast (0.1-1 s) or, with probability
+Workload (``backends/sim/react.py``, the same generator on both): ``--agents`` concurrent ReAct jobs
+of ``--turns`` model calls (``--engine-agents`` / ``--engine-turns`` on the engine, whose runs take
+real time); between two calls a tool runs, fast (0.1-1 s) or, with probability
 ``--slow-share``, slow (5-30 s); the next call sends the whole conversation plus the tool's result.
 Each agent's hint names its job and declares its system prompt fixed. The device pool holds
 ``--pool-share`` of the sum of the paused conversations (their last prompt), no host tier, and
@@ -73,7 +75,7 @@ async def engine_run(plans: list[AgentPlan], model: str, pool: int, policy: str,
             prompt = plan.system + plan.task
             for i, reply in enumerate(replies):
                 prompt += reply + plan.tools[i][2]
-            hint = KVFlowHint(workflow_id=plan.name, agent="react", steps={"react": 0})
+            hint = KVFlowHint(workflow_id=plan.name, agent=plan.name, steps={plan.name: 0})
             greq = GenerateRequest(prompt, SamplingParams(max_tokens=output_tokens, temperature=0.0, ignore_eos=True),
                                    hint=hint, fixed_prefix_tokens=len(plan.system))
             arrival = time.perf_counter()
@@ -160,11 +162,13 @@ def print_table(title: str, part: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--agents", type=int, default=16)
-    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--agents", type=int, default=32)
+    parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--engine-agents", type=int, default=8)
+    parser.add_argument("--engine-turns", type=int, default=4)
     parser.add_argument("--slow-share", type=float, default=0.25)
     parser.add_argument("--pool-share", type=float, default=0.45)
-    parser.add_argument("--time-scale", type=float, default=0.2, help="engine only: tool sleeps x this")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="engine only: tool sleeps x this")
     parser.add_argument("--model", default="tiny-random")
     parser.add_argument("--output-tokens", type=int, default=16)
     parser.add_argument("--sim-hardware", default="a10g")
@@ -181,12 +185,13 @@ def main() -> None:
     print_table(f"simulator: {args.agents} agents x {args.turns} turns, {args.sim_model} on {args.sim_hardware}",
                 out["sim"])
     if not args.skip_engine:
-        spec = ReactSpec(agents=args.agents, turns=args.turns, system_tokens=192, task_tokens=48,
+        spec = ReactSpec(agents=args.engine_agents, turns=args.engine_turns, system_tokens=384, task_tokens=64,
                          output_tokens=args.output_tokens, result_tokens=48, slow_share=args.slow_share, seed=args.seed,
                          vocab=250)
         out["engine"] = engine_part(react_plan(spec), args)
         e = out["engine"]
-        print_table(f"embedded engine: {args.model}, tool pauses x {args.time_scale}", e)
+        print_table(f"embedded engine: {args.engine_agents} agents x {args.engine_turns} turns, {args.model}, "
+                    f"tool pauses x {args.time_scale}", e)
         print(f"  sequential brain replays of the same requests: LRU {e['lru_replay']}, "
               f"Bélády {e['belady_replay']} recomputed tokens")
         print(f"  greedy outputs identical across runs: {e['greedy_outputs_identical']}")

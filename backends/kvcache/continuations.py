@@ -19,6 +19,10 @@ until a retention deadline, ranked against the other agents' fixed prompts by wh
   as long as three calls ranks with an agent three steps away. It rides on the hint table as a
   one-agent workflow of its own, so every host's :func:`~.policy.kvflow_key` ranks it with no change,
   the namespace cap counts its tokens (:class:`~.prefixes.AgentPrefixes`), and prefetch sees it.
+  A hinted agent's own steps in its workflow are deferred to the same value
+  (:meth:`~.hints.HintTable.defer`): its last hint said 0 ("runs now"), but paused it runs again
+  only when its conversation does, so its fixed prompt no longer outranks (and, in the namespace
+  cap, crowds out) the paused conversations of others; its next hint sets them again.
 * **Deadline.** ``t`` is the client's ``resume_in_s``, else the tools' observed pause
   (:class:`ToolDurations`: per tool name and namespace, the :data:`TOOL_QUANTILE` quantile of the
   last :data:`TOOL_WINDOW` observed pauses, the slowest of the reply's tools; ``tool_default_s``
@@ -119,6 +123,7 @@ class Continuations(Generic[P]):
         # Expired pauses whose return is still to come: a tool that outlasts its deadline is learned
         # from all the same (else a slow tool's cold-start deadline would never grow).
         self._late: BoundedLRU[SessionRef, tuple[tuple[str, ...], float]] = BoundedLRU(max_sessions)
+        self._hinted: BoundedLRU[SessionRef, tuple[str, str]] = BoundedLRU(max_sessions)  # workflow, agent
 
     def returning(self, session: SessionRef, now: float) -> bool:
         """A request of ``session`` arrived: whether it returns to a kept conversation (counted,
@@ -137,6 +142,10 @@ class Continuations(Generic[P]):
     def _observe(self, namespace: str, tools: Sequence[str], seconds: float) -> None:
         for tool in tools:
             self.durations.observe(namespace, tool, seconds)
+
+    def note_agent(self, session: SessionRef, workflow_id: str, agent: str) -> None:
+        """A hinted session: ``agent`` of ``workflow_id``, whose steps a pause defers."""
+        self._hinted.put(session, (workflow_id, agent))
 
     def note_turn(self, session: SessionRef, record: P, tokens: int, call_s: float | None) -> list[tuple[AgentRef, P]]:
         """A request of ``session`` ended with ``record`` (``tokens`` long) in the host's tree after a
@@ -163,7 +172,11 @@ class Continuations(Generic[P]):
         ref = (session[0], _AGENT_PREFIX + _digest(session[1]))
         kept = Continuation(ref, record, tokens, tuple(tools), now, now + hold)
         self._kept[session] = kept
-        self.hints.set_steps(session[0], ref[1], {ref[1]: _rounded(expected / max(self.step_s, 1e-3))})
+        steps = _rounded(expected / max(self.step_s, 1e-3))
+        self.hints.set_steps(session[0], ref[1], {ref[1]: steps})
+        hinted = self._hinted.get(session)
+        if hinted is not None:  # the paused agent's own prefix is due when its conversation is
+            self.hints.defer(session[0], hinted[0], hinted[1], steps)
         stale += self.prefixes.remember(ref, record, tokens)
         self.counters["continuations_kept"] += 1
         return kept, stale

@@ -144,6 +144,8 @@ class RequestIntake(Generic[P]):
             return UNHINTED if session is None else IntakeDecision(None, 0, session, resumes, None, now)
         self.hints.apply_hint(hint)
         self.counters["hinted_requests"] += 1
+        if session is not None and self.config.continuations:
+            self.continuations.note_agent(session, hint.workflow_id, hint.agent)
         ref: AgentRef = (hint.namespace, hint.agent)
         return IntakeDecision(ref, self.fixed_boundary(ref, request.prompt, declared), session, resumes,
                               hint.resume_in_s, now)

@@ -124,7 +124,7 @@ def run_react(plans: Sequence[AgentPlan], system: System, cost: CostModel, confi
     done: dict[str, float] = {}
 
     def call(plan: AgentPlan, turn: int) -> None:
-        hint = KVFlowHint(workflow_id=plan.name, agent="react", steps={"react": 0}, fixed_prefix=None)
+        hint = KVFlowHint(workflow_id=plan.name, agent=plan.name, steps={plan.name: 0})
         sim.submit(SimRequest(plan.prompt(turn), plan.outputs[turn], (hint.namespace, hint.agent),
                               len(plan.system), hint, lambda r: finished(plan, turn, r)))
 

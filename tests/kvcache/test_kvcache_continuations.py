@@ -177,3 +177,15 @@ def test_resident_returns_go_first_and_nobody_is_passed_over_without_bound():
     assert passed_over(queue, back) == [old]
     old.passed = MAX_PASSED  # passed over too often: plain arrival order until it is in
     assert [w.name for w in admission_order(queue, lambda w: w.returning, lambda w: w.passed)] == ["old", "back", "new"]
+
+
+def test_a_paused_hinted_agent_s_own_steps_are_deferred_to_its_continuation_s(make_cache):
+    cache = make_cache(device_tokens=64)
+    hint = KVFlowHint(workflow_id="w", agent="coder", steps={"coder": 0, "qa": 1})
+    turn(cache, CONVERSATION[:20], [1, 2], AgentRequest(CONVERSATION[:20], hint, fixed_prefix_tokens=8))
+    cache.intake.continuations.step_s = 1.0
+    assert cache.hints.steps(("default", "coder")) == 0
+    cache.pause(("default", "w/coder"), [], resume_in_s=6.0)
+    assert cache.hints.steps(("default", "coder")) == 6.0 and cache.hints.steps(("default", "qa")) == 1
+    cache.accept(AgentRequest(CONVERSATION, hint))  # the return's hint says it runs now again
+    assert cache.hints.steps(("default", "coder")) == 0
