@@ -82,7 +82,8 @@ def _embedded_config(args: argparse.Namespace) -> Any:
     sizes = {k: v for k, v in (("device_tokens", args.device_tokens), ("host_tokens", args.host_tokens),
                                ("prefetch_lookahead", args.prefetch_lookahead), ("dtype", args.dtype))
              if v is not None}
-    return EngineConfig.build(model=args.model, policy=args.policy, prefetch=not args.no_prefetch, **sizes)
+    return EngineConfig.build(model=args.model, policy=args.policy, prefetch=not args.no_prefetch,
+                              continuations=args.continuations, **sizes)
 
 
 def _serve_embedded(args: argparse.Namespace, extra: list[str]) -> int:

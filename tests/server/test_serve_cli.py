@@ -3,6 +3,7 @@ the flags (policy, prefetch, capacities, API key), answers a chat completion and
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import signal
@@ -103,3 +104,19 @@ def test_bad_prefetch_lookahead_is_an_argument_error(capsys: pytest.CaptureFixtu
 def test_prefetch_lookahead_is_refused_for_external_engines(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli.main(["serve", "--engine", "sglang", "--model", str(tmp_path), "--prefetch-lookahead", "4"])
     assert rc == 2 and "radix-eviction-policy-config" in capsys.readouterr().err
+
+
+def test_no_continuations_is_refused_for_external_engines(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["serve", "--engine", "sglang", "--model", str(tmp_path), "--no-continuations"])
+    assert rc == 2 and "--no-continuations sets the embedded engine's brain" in capsys.readouterr().err
+
+
+def test_no_continuations_reaches_the_embedded_brain() -> None:
+    from kvflow_orch.cli.engines import _embedded_config
+    from kvflow_orch.cli.serve import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert _embedded_config(parser.parse_args(["--model", "tiny-random"])).cache.continuations is True
+    assert _embedded_config(parser.parse_args(["--model", "tiny-random", "--no-continuations"])).cache.continuations \
+        is False
