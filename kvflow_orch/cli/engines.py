@@ -131,7 +131,8 @@ def _run_server(args: argparse.Namespace, sock: Any) -> int:
                      allowed_hosts=_allowed_hosts(args))
     print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
           f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead}), "
-          f"learned hints {'off' if learner is None else 'on'}", file=sys.stderr, flush=True)
+          f"learned hints {'off' if learner is None else 'on'}, "
+          f"continuations {'on' if engine.config.cache.continuations else 'off'}", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
     try:
         server.run(sockets=[sock])

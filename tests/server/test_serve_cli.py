@@ -3,7 +3,6 @@ the flags (policy, prefetch, capacities, API key), answers a chat completion and
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import signal
@@ -44,7 +43,7 @@ def test_kvflow_serve_runs_binds_loopback_and_applies_flags() -> None:
     port = _free_port()
     cmd = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", "tiny-random", "--device-tokens", "1024",
            "--host-tokens", "0", "--policy", "lru", "--no-prefetch", "--dtype", "bfloat16",
-           "--prefetch-lookahead", "16", "--port", str(port), "--api-key", "k"]
+           "--prefetch-lookahead", "16", "--no-continuations", "--port", str(port), "--api-key", "k"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -69,6 +68,7 @@ def test_kvflow_serve_runs_binds_loopback_and_applies_flags() -> None:
     assert rc == 0
     startup = proc.stdout.read() if proc.stdout else ""
     assert "(policy lru, prefetch off, lookahead 16)" in startup  # read back from the engine's brain config
+    assert "continuations off" in startup
 
 
 def test_unknown_flags_are_refused_for_the_embedded_engine(capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,14 +109,3 @@ def test_prefetch_lookahead_is_refused_for_external_engines(tmp_path, capsys: py
 def test_no_continuations_is_refused_for_external_engines(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli.main(["serve", "--engine", "sglang", "--model", str(tmp_path), "--no-continuations"])
     assert rc == 2 and "--no-continuations sets the embedded engine's brain" in capsys.readouterr().err
-
-
-def test_no_continuations_reaches_the_embedded_brain() -> None:
-    from kvflow_orch.cli.engines import _embedded_config
-    from kvflow_orch.cli.serve import add_arguments
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    assert _embedded_config(parser.parse_args(["--model", "tiny-random"])).cache.continuations is True
-    assert _embedded_config(parser.parse_args(["--model", "tiny-random", "--no-continuations"])).cache.continuations \
-        is False
