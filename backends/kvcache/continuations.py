@@ -16,7 +16,8 @@ until a retention deadline, ranked against the other agents' fixed prompts by wh
   (how many agent calls away they are). A continuation expected back in ``t`` seconds gets
   ``t / step_s`` steps, where ``step_s`` is the observed mean duration of one model call (decayed,
   :data:`STEP_DECAY`; ``step_default_s`` before any call ended). So a conversation whose tool takes
-  as long as three calls ranks with an agent three steps away. It rides on the hint table as a
+  as long as three calls ranks with an agent three steps away; as the pause runs, the time left is
+  what counts (re-ranked at each deadline sweep once it is a whole step closer). It rides on the hint table as a
   one-agent workflow of its own, so every host's :func:`~.policy.kvflow_key` ranks it with no change,
   the namespace cap counts its tokens (:class:`~.prefixes.AgentPrefixes`), and prefetch sees it.
   A hinted agent's own steps in its workflow are deferred to the same value
@@ -98,6 +99,9 @@ class Continuation(Generic[P]):
     tools: tuple[str, ...]
     paused_at: float
     deadline: float
+    expected_s: float = 0.0
+    """The pause expected when it began; the time left of it, in steps, ranks the conversation."""
+    steps: float = 0.0
     returned: bool = False
 
 
@@ -170,9 +174,9 @@ class Continuations(Generic[P]):
         hold = min(self.max_s, expected * DEADLINE_SLACK + DEADLINE_GRACE_S)
         stale = self._drop(session)
         ref = (session[0], _AGENT_PREFIX + _digest(session[1]))
-        kept = Continuation(ref, record, tokens, tuple(tools), now, now + hold)
+        steps = self._steps(expected)
+        kept = Continuation(ref, record, tokens, tuple(tools), now, now + hold, expected, steps)
         self._kept[session] = kept
-        steps = _rounded(expected / max(self.step_s, 1e-3))
         self.hints.set_steps(session[0], ref[1], {ref[1]: steps})
         hinted = self._hinted.get(session)
         if hinted is not None:  # the paused agent's own prefix is due when its conversation is
@@ -183,7 +187,8 @@ class Continuations(Generic[P]):
 
     def expire(self, now: float) -> list[tuple[AgentRef, P]]:
         """Drop every continuation past its deadline (those never returned to count as expired);
-        returns the records to untag."""
+        returns the records to untag. The others are ranked anew by the time left of their pause
+        (a whole step closer at least: each change re-keys the hosts' eviction queues)."""
         stale: list[tuple[AgentRef, P]] = []
         for session, kept in list(self._kept.items()):
             if now > kept.deadline:
@@ -191,7 +196,16 @@ class Continuations(Generic[P]):
                     self.counters["continuations_expired"] += 1
                     self._late.put(session, (kept.tools, kept.paused_at))
                 stale += self._drop(session)
+            elif not kept.returned:
+                steps = self._steps(kept.paused_at + kept.expected_s - now)
+                if steps <= kept.steps - 1:
+                    kept.steps = steps
+                    self.hints.set_steps(session[0], kept.ref[1], {kept.ref[1]: steps})
         return stale
+
+    def _steps(self, seconds: float) -> float:
+        """Seconds until reuse as steps: model calls of the observed mean duration."""
+        return _rounded(max(0.0, seconds) / max(self.step_s, 1e-3))
 
     def next_deadline(self) -> float:
         return min((kept.deadline for kept in self._kept.values()), default=math.inf)

@@ -189,3 +189,20 @@ def test_a_paused_hinted_agent_s_own_steps_are_deferred_to_its_continuation_s(ma
     assert cache.hints.steps(("default", "coder")) == 6.0 and cache.hints.steps(("default", "qa")) == 1
     cache.accept(AgentRequest(CONVERSATION, hint))  # the return's hint says it runs now again
     assert cache.hints.steps(("default", "coder")) == 0
+
+
+def test_as_the_pause_runs_the_time_left_ranks_the_conversation(make_cache, clock):
+    cache = paused_cache(make_cache)
+    cache.intake.continuations.step_s = 1.0
+    cache.pause(SESSION, [], resume_in_s=10.0)
+    ref = cache.intake.continuations.get(SESSION).ref
+    assert cache.hints.steps(ref) == 10.0
+    clock.now += 0.5
+    cache.expire()
+    assert cache.hints.steps(ref) == 10.0  # less than a step closer: no re-keying yet
+    clock.now += 3.5
+    cache.expire()
+    assert cache.hints.steps(ref) == 6.0
+    clock.now += 8.0  # overdue but within the deadline's slack: due now
+    cache.expire()
+    assert cache.hints.steps(ref) == 0.0
