@@ -175,15 +175,17 @@ def main() -> None:
     parser.add_argument("--sim-model", default="llama-3.1-8b")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-engine", action="store_true")
+    parser.add_argument("--skip-sim", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     out: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
     sim_spec = ReactSpec(agents=args.agents, turns=args.turns, system_tokens=1024, task_tokens=256, output_tokens=64,
                          result_tokens=256, slow_share=args.slow_share, seed=args.seed)
-    out["sim"] = sim_part(react_plan(sim_spec), args)
-    print_table(f"simulator: {args.agents} agents x {args.turns} turns, {args.sim_model} on {args.sim_hardware}",
-                out["sim"])
+    if not args.skip_sim:
+        out["sim"] = sim_part(react_plan(sim_spec), args)
+        print_table(f"simulator: {args.agents} agents x {args.turns} turns, {args.sim_model} on {args.sim_hardware}",
+                    out["sim"])
     if not args.skip_engine:
         spec = ReactSpec(agents=args.engine_agents, turns=args.engine_turns, system_tokens=384, task_tokens=64,
                          output_tokens=args.output_tokens, result_tokens=48, slow_share=args.slow_share, seed=args.seed,
