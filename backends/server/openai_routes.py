@@ -24,7 +24,7 @@ from backends.server.serving import (ServerContext, checked_encoding, complete_a
                                      read_hint, sse_response)
 from kvflow_orch.protocol import KVFlowHint
 
-__all__ = ["openai_router", "served_model", "engine_request", "encode_conversation", "keep_if_paused",
+__all__ = ["openai_router", "served_model", "engine_request", "encode_conversation", "keep_if_paused", "called_tools",
            "CHAT_DEFAULT_MAX_TOKENS"]
 
 CHAT_DEFAULT_MAX_TOKENS = 256
@@ -53,13 +53,17 @@ def engine_request(ctx: ServerContext, body: api.SamplingFields, encoded: Encode
                            session=body.session_key())
 
 
-def keep_if_paused(ctx: ServerContext, greq: GenerateRequest, message: dict[str, Any]) -> None:
-    """A reply that ends in tool calls pauses its agent: the engine keeps the conversation for the
+def keep_if_paused(ctx: ServerContext, greq: GenerateRequest, tools: list[str]) -> None:
+    """A reply that calls ``tools`` pauses its agent: the engine keeps the conversation for the
     return (engines without continuations have no ``pause``)."""
-    calls = message.get("tool_calls")
     pause = getattr(ctx.engine, "pause", None)
-    if calls and pause is not None:
-        pause(greq, [call["function"]["name"] for call in calls])
+    if tools and pause is not None:
+        pause(greq, tools)
+
+
+def called_tools(message: dict[str, Any]) -> list[str]:
+    """The names of the tools a chat reply's message calls."""
+    return [call["function"]["name"] for call in message.get("tool_calls") or ()]
 
 
 def encode_conversation(ctx: ServerContext, history: list[api.ChatMessage], hint: KVFlowHint | None,
@@ -140,7 +144,7 @@ def openai_router(ctx: ServerContext) -> APIRouter:
                     choice["message"], choice["finish_reason"] = tool_calls.parse_reply(result.text,
                                                                                         result.finish_reason)
             learned_reply(ctx, learned, reply["choices"][0]["message"])
-            keep_if_paused(ctx, greq, reply["choices"][0]["message"])
+            keep_if_paused(ctx, greq, called_tools(reply["choices"][0]["message"]))
             return JSONResponse(reply)
         role_sent = False
         calls = tool_calls.ToolCallStream() if plan.envelope else None
@@ -155,7 +159,7 @@ def openai_router(ctx: ServerContext) -> APIRouter:
                 message = (tool_calls.parse_reply(result.text, result.finish_reason)[0]
                            if plan.envelope else {"content": result.text})
                 learned_reply(ctx, learned, message)
-                keep_if_paused(ctx, greq, message)
+                keep_if_paused(ctx, greq, called_tools(message))
             if calls is not None:
                 yield from _render_calls(id_, model, calls, event, body.wants_usage_chunk(), fixed_tokens)
                 return

@@ -128,3 +128,13 @@ def test_an_announced_pause_that_outlasts_its_deadline_expires(kept: Served) -> 
     after = _stats(kept)
     assert after["continuations_expired"] == before["continuations_expired"] + 1
     assert after["continuations_reused"] == before["continuations_reused"]
+
+
+def test_a_responses_function_call_is_kept_too(kept: Served) -> None:
+    before = _stats(kept)
+    tool = {"type": "function", **WEATHER["function"]}
+    out = _sdk(kept).responses.create(model="tiny-random", input="Weather in Kyiv?", tools=[tool],
+                                      tool_choice={"type": "function", "name": "get_weather"}, temperature=0,
+                                      max_output_tokens=96, user="agent-4")
+    assert out.output[0].type == "function_call"
+    assert _stats(kept)["continuations_kept"] == before["continuations_kept"] + 1
