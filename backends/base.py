@@ -93,6 +93,9 @@ class GenerateRequest:
     constraint: Constraint | None = None
     cache_salt: str | None = None
     """Requests with different salts (or one salted, one not) never share cached KV."""
+    session: str | None = None
+    """An explicit session key (OpenAI's ``prompt_cache_key`` / ``user``): what ties an unhinted
+    request's return from a tool call to the conversation kept for it."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from .config import DEFAULT_HINT_TTL_S, CacheConfig, namespace_cap
 from .errors import CacheError, IntegrityError, LockError, SlotError, UnknownTaskError
 from .hints import INF, AgentRef, HintError, HintTable
 from .intake import INTAKE_COUNTERS, UNHINTED, AgentRequest, IntakeDecision, RequestIntake
-from .lifecycle import Refused, Reservation
+from .continuations import CONTINUATION_COUNTERS, Continuation, SessionRef, ToolDurations
+from .lifecycle import MAX_PASSED, Refused, Reservation, admission_order, passed_over
 from .prefixes import AgentPrefixes
 from .policy import (
     TIER_HINTED, TIER_UNHINTED, TIER_UNTAGGED, BeladyPolicy, EvictionPolicy, KVFlowPolicy, LRUPolicy,
@@ -35,7 +36,8 @@ __all__ = [
     "KVCache", "CacheConfig", "DEFAULT_HINT_TTL_S", "namespace_cap",
     "MatchResult", "InsertResult", "Demotion", "EvictResult", "LoadTask", "OffloadTask",
     "Allocation", "Admission", "PrefetchPlan", "LockHandle", "NO_EVICTION", "FlushResult", "merge_evictions",
-    "Reservation", "Refused",
+    "Reservation", "Refused", "admission_order", "passed_over", "MAX_PASSED",
+    "Continuation", "SessionRef", "ToolDurations", "CONTINUATION_COUNTERS",
     "RequestIntake", "AgentRequest", "IntakeDecision", "UNHINTED", "INTAKE_COUNTERS", "AgentPrefixes", "BoundedLRU",
     "HintTable", "AgentRef", "HintError", "INF",
     "EvictionPolicy", "LRUPolicy", "KVFlowPolicy", "BeladyPolicy", "kvflow_key", "node_steps",

@@ -62,6 +62,7 @@ from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 from .allocator import SlotAllocator
 from .budget import prefetch_room, take_in_order
 from .config import CacheConfig
+from .continuations import Continuation
 from .errors import CacheError, LockError
 from .hints import AgentRef
 from .intake import UNHINTED, AgentRequest, IntakeDecision, RequestIntake
@@ -259,8 +260,26 @@ class KVCache:
     def release(self, reservation: Reservation, tokens: Sequence[int] | None,
                 intake: IntakeDecision = UNHINTED) -> InsertResult | None:
         """End a reserved request: insert its computed ``tokens`` (``None``: nothing) tagged per
-        ``intake``, free its other slots, unlock."""
-        return release(self, reservation, tokens, intake)
+        ``intake``, free its other slots, unlock. A request of a session then concludes its turn
+        (:meth:`RequestIntake.conclude <.intake.RequestIntake.conclude>`): the conversation it
+        returned to is dropped, and a hint's ``resume_in_s`` keeps the new one."""
+        result = release(self, reservation, tokens, intake)
+        if tokens is not None and intake.session is not None:
+            kept, stale = self.intake.conclude(intake, tuple(tokens), len(tokens))
+            self._retag(stale, kept)
+        return result
+
+    def returns_resident(self, prompt: Sequence[int], decision: IntakeDecision) -> bool:
+        """Whether a request (``decision``: its intake's) returns to a kept conversation whose KV,
+        most of its prompt, is still on device: hosts admit it first (:func:`.lifecycle.admission_order`)."""
+        return decision.resumes and 2 * self.match_prefix(prompt).device_tokens >= len(prompt)
+
+    def pause(self, session: tuple[str, str], tools: Sequence[str], resume_in_s: float | None = None) -> bool:
+        """The session's last reply ended in calls of ``tools``: keep its conversation until its
+        deadline (:mod:`.continuations`). Returns whether there was one to keep."""
+        kept, stale = self.intake.pause(session, tools, resume_in_s)
+        self._retag(stale, kept)
+        return kept is not None
 
     # ---- locks -------------------------------------------------------------------------
     def lock(self, handle: LockHandle) -> None:
@@ -292,7 +311,13 @@ class KVCache:
         """An arriving request: apply its hint, decide its fixed boundary (:mod:`.intake`); tag
         it with ``insert(..., agent=d.agent, fixed_prefix_tokens=d.fixed_tokens)`` (or
         :meth:`release`). Call ``plan_prefetch`` afterwards."""
+        self.expire()
         return self.intake.accept(request)
+
+    def expire(self) -> None:
+        """Apply hint TTLs and continuation deadlines (an expired conversation loses its tags)."""
+        self.hints.expire()
+        self._retag(self.intake.expire_continuations(), None)
 
     def apply_hint(self, hint: KVFlowHint) -> None:
         """Record a hint without a request (steps of its workflow); call ``plan_prefetch`` afterwards."""
@@ -309,7 +334,7 @@ class KVCache:
             raise CacheError(f"cannot evict a negative number of tokens ({n})")
         if n == 0:
             return NO_EVICTION
-        self.hints.expire()
+        self.expire()
         return self._evict_nodes(self._victims(n))
 
     def evict_host(self, n: int) -> EvictResult:
@@ -318,7 +343,7 @@ class KVCache:
             raise CacheError(f"cannot evict a negative number of tokens ({n})")
         if n == 0 or not self._host_leaves:
             return NO_EVICTION
-        self.hints.expire()
+        self.expire()
         queue = self._host_queue
         queue.begin()
         freed = 0
@@ -382,7 +407,7 @@ class KVCache:
         cfg = self.config
         if not cfg.prefetch or not cfg.has_host_tier or cfg.max_inflight_loads == 0:
             return EMPTY_PLAN
-        self.hints.expire()
+        self.expire()
         in_flight = sum(1 for task in self._loads.tasks() if task.prefetch)
         if in_flight >= cfg.max_inflight_loads:
             return EMPTY_PLAN
@@ -651,13 +676,25 @@ class KVCache:
     def _tag_fixed_prefix(self, ref: AgentRef, fixed: tuple[int, ...]) -> None:
         # Untag what no longer holds (the agent's old boundary, agents the registry forgot) before
         # tagging: the registry keeps its newest record, so no tag is left without a record.
-        for stale_ref, stale in self.intake.remember(ref, fixed, len(fixed)):
+        self._untag(self.intake.remember(ref, fixed, len(fixed)))
+        self._tag(ref, fixed)
+
+    def _retag(self, stale: list[tuple[AgentRef, tuple[int, ...]]], kept: Continuation | None) -> None:
+        """Untag ``stale`` records, then tag a kept conversation with its continuation's ref."""
+        self._untag(stale)
+        if kept is not None:
+            self._tag(kept.ref, kept.record)
+
+    def _untag(self, stale: list[tuple[AgentRef, tuple[int, ...]]]) -> None:
+        for stale_ref, tokens in stale:
             self._untag_epoch += 1
-            for node in self.tree.covering(stale):
+            for node in self.tree.covering(tokens):
                 if node.tags:
                     node.tags.discard(stale_ref)
-        if fixed:
-            path, _ = self.tree.walk(fixed)  # splits the node at the boundary
+
+    def _tag(self, ref: AgentRef, tokens: tuple[int, ...]) -> None:
+        if tokens:
+            path, _ = self.tree.walk(tokens)  # splits the node at the boundary
             for node in path:
                 if node.tags is None:
                     node.tags = set()

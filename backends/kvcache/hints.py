@@ -100,6 +100,20 @@ class HintTable:
         for old_key, old_entry in forgotten:
             self._unindex(old_key, old_entry[1])
 
+    def defer(self, namespace: str, workflow_id: str, agent: str, steps: float) -> bool:
+        """Raise ``agent``'s steps in one live workflow to ``steps`` (never lower them; the
+        workflow's age stays): a paused agent does not run again before its continuation is due
+        (:mod:`.continuations`). The workflow's next hint or update replaces it. Returns whether
+        anything changed."""
+        entry = self._workflows.get((namespace, workflow_id))
+        if entry is None or entry[1].get(agent, INF) >= steps:
+            return False
+        entry[1][agent] = steps
+        self._by_agent[(namespace, agent)][workflow_id] = steps
+        self._unprotected.pop(namespace, None)
+        self.version += 1  # the agent became more evictable: keys may drop
+        return True
+
     def forget(self, namespace: str, workflow_id: str) -> bool:
         """Forget a workflow (``done``); returns whether it was known. Unknown ids are a no-op."""
         return self._drop_workflow((namespace, workflow_id))

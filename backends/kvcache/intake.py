@@ -38,11 +38,13 @@ Where the next features go (one place for every host):
   declared hint always wins), and :class:`AgentRequest` grows what it reads (messages, tools, the
   session key). Learned hints then take the same path: hint table, boundary, registry, counters
   (``unhinted_requests`` already counts what it would see);
-* tool-call continuations (issue 24): :class:`IntakeDecision` grows a retention deadline for the
-  host to protect the conversation until, and a verb for the end of a request (its reply ends in
-  tool calls) records the conversation to keep, next to :meth:`remember`. A continuation covers the
-  pause before the agent's next call; once that call arrives, what it shares with the paused one
-  is fixed by the rule above until the agent's calls stop sharing it.
+* tool-call continuations (issue 24, :mod:`.continuations`): :meth:`accept` ties a request to its
+  session (the hint's workflow and agent, else the request's explicit session key) and says in
+  :attr:`IntakeDecision.resumes` whether it returns to a kept conversation; the host reports the
+  end of every request with a session (:meth:`conclude`, with what it inserted) and a reply that
+  ends in tool calls (:meth:`pause`); a hint's ``resume_in_s`` pauses at :meth:`conclude`. Once the
+  returning call arrives, what it shares with the paused one is fixed by the rule above until the
+  agent's calls stop sharing it.
 """
 
 from __future__ import annotations
@@ -51,9 +53,10 @@ import time
 from collections import Counter
 from typing import Any, Callable, Generic, NamedTuple, Sequence, TypeVar
 
-from kvflow_orch.protocol import KVFlowHint, StepsUpdate
+from kvflow_orch.protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate
 
 from .config import CacheConfig
+from .continuations import Continuation, Continuations, SessionRef
 from .hints import AgentRef, HintTable
 from .prefixes import AgentPrefixes
 from .segment import Segmenter
@@ -75,14 +78,24 @@ class AgentRequest(NamedTuple):
     """The hint it carries, validated (``None``: unhinted)."""
     fixed_prefix_tokens: int | None = None
     """The declared fixed boundary in tokens (the hint's ``fixed_prefix`` converted by the host)."""
+    session: str | None = None
+    """An explicit session key (OpenAI's ``user`` / ``prompt_cache_key``): ties an unhinted request's
+    return from a tool call to its kept conversation."""
 
 
 class IntakeDecision(NamedTuple):
     """What the host does with a request: tag its first ``fixed_tokens`` prompt tokens as
-    ``agent``'s fixed prefix once they are in its tree (``agent is None``: nothing to tag)."""
+    ``agent``'s fixed prefix once they are in its tree (``agent is None``: nothing to tag).
+    ``session``: the conversation it belongs to (``None``: none, never kept across a pause);
+    ``resumes``: it returns to a kept conversation (hosts admit it ahead of new sessions);
+    ``resume_in_s``: its hint announced a pause after it; ``accepted_at``: the intake's clock then."""
 
     agent: AgentRef | None
     fixed_tokens: int = 0
+    session: SessionRef | None = None
+    resumes: bool = False
+    resume_in_s: float | None = None
+    accepted_at: float | None = None
 
 
 UNHINTED = IntakeDecision(None, 0)
@@ -94,14 +107,19 @@ class RequestIntake(Generic[P]):
     tagged prefix (see :class:`~.prefixes.AgentPrefixes`)."""
 
     def __init__(self, config: CacheConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
-        """``clock`` drives hint TTLs. The namespace cap is the config's; a host that learns its
-        pool size later changes it with ``hints.set_cap``."""
+        """``clock`` drives hint TTLs and continuation deadlines. The namespace cap is the config's;
+        a host that learns its pool size later changes it with ``hints.set_cap``."""
         self.config = config
+        self.clock = clock
         self.hints = HintTable(ttl_s=config.hint_ttl_s, clock=clock, cap_tokens=config.effective_namespace_cap,
                                max_workflows=config.max_workflows, max_agents=config.max_tracked_agents)
         self.segmenter = Segmenter(config.segment_history, config.max_tracked_agents, config.tracked_tokens)
         self.prefixes: AgentPrefixes[P] = AgentPrefixes(self.hints, config.max_tracked_agents, config.tracked_tokens)
         self.counters: Counter[str] = Counter({name: 0 for name in INTAKE_COUNTERS})
+        self.continuations: Continuations[P] = Continuations(
+            self.hints, self.prefixes, self.counters, tool_default_s=config.tool_default_s,
+            max_s=min(config.continuation_max_s, config.hint_ttl_s), step_default_s=config.step_default_s,
+            max_sessions=config.max_tracked_agents, max_tokens=config.tracked_tokens)
 
     def size_for(self, config: CacheConfig) -> None:
         """The host learned its device pool (``config``, the same settings sized): the namespace
@@ -118,13 +136,19 @@ class RequestIntake(Generic[P]):
         if declared is not None and declared < 0:
             raise ValueError(f"fixed_prefix_tokens must be >= 0, got {declared}")
         hint = self._hint_for(request)
+        session = self.session_of(hint, request.session)
+        now = self.clock()
+        resumes = session is not None and self.continuations.returning(session, now)
         if hint is None:
             self.counters["unhinted_requests"] += 1
-            return UNHINTED
+            return UNHINTED if session is None else IntakeDecision(None, 0, session, resumes, None, now)
         self.hints.apply_hint(hint)
         self.counters["hinted_requests"] += 1
+        if session is not None and self.config.continuations:
+            self.continuations.note_agent(session, hint.workflow_id, hint.agent)
         ref: AgentRef = (hint.namespace, hint.agent)
-        return IntakeDecision(ref, self.fixed_boundary(ref, request.prompt, declared))
+        return IntakeDecision(ref, self.fixed_boundary(ref, request.prompt, declared), session, resumes,
+                              hint.resume_in_s, now)
 
     def fixed_boundary(self, ref: AgentRef, prompt: Sequence[int], declared: int | None) -> int:
         """The rule: the longer of ``declared`` (clamped to the prompt) and the prefix ``prompt``
@@ -140,6 +164,44 @@ class RequestIntake(Generic[P]):
         """``POST /kvflow/v1/steps``; ``done`` forgets the workflow."""
         self.hints.apply_steps(update)
         self.counters["steps_updates"] += 1
+
+    # ---- continuations (.continuations) --------------------------------------------------
+    @staticmethod
+    def session_of(hint: KVFlowHint | None, key: str | None) -> SessionRef | None:
+        """The session a request belongs to: a hinted one's agent in its workflow, else its
+        explicit session ``key`` (``None``: none)."""
+        if hint is not None:
+            return hint.namespace, f"{hint.workflow_id}/{hint.agent}"
+        return None if key is None else (DEFAULT_NAMESPACE, key)
+
+    def conclude(self, decision: IntakeDecision, record: P, tokens: int
+                 ) -> tuple[Continuation[P] | None, list[tuple[AgentRef, P]]]:
+        """A request of a session ended with ``record`` (``tokens`` long) in the host's tree. Drops
+        the conversation it returned to; with a hint's ``resume_in_s``, keeps the new one at once.
+        Returns the continuation to tag (``None``: none) and the records to untag."""
+        if decision.session is None or not self.config.continuations:
+            return None, []
+        now = self.clock()
+        call_s = None if decision.accepted_at is None else now - decision.accepted_at
+        stale = self.continuations.note_turn(decision.session, record, tokens, call_s)
+        if decision.resume_in_s is None:
+            return None, stale
+        kept, more = self.continuations.pause(decision.session, (), decision.resume_in_s, now)
+        return kept, stale + more
+
+    def pause(self, session: SessionRef, tools: Sequence[str], resume_in_s: float | None = None
+              ) -> tuple[Continuation[P] | None, list[tuple[AgentRef, P]]]:
+        """The session's last reply ended in calls of ``tools``: keep its conversation (see
+        :meth:`Continuations.pause <.continuations.Continuations.pause>`)."""
+        if not self.config.continuations:
+            return None, []
+        return self.continuations.pause(session, tools, resume_in_s, self.clock())
+
+    def expire_continuations(self) -> list[tuple[AgentRef, P]]:
+        """Drop the continuations past their deadline; returns the records the host untags."""
+        if not len(self.continuations):
+            return []
+        return self.continuations.expire(self.clock())
 
     # ---- the agent registry --------------------------------------------------------------
     def remember(self, ref: AgentRef, prefix: P, tokens: int) -> list[tuple[AgentRef, P]]:
@@ -163,13 +225,15 @@ class RequestIntake(Generic[P]):
 
     # ---- reporting -----------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        """Counts only (no prompts, agents or workflow ids): ``counters`` (:data:`INTAKE_COUNTERS`),
+        """Counts only (no prompts, agents or workflow ids): ``counters`` (:data:`INTAKE_COUNTERS` and
+        :data:`~.continuations.CONTINUATION_COUNTERS`), ``continuations`` kept now,
         ``workflows`` live, ``agents_with_prefix`` in the registry."""
         return {"counters": dict(self.counters), "workflows": self.hints.workflow_count,
-                "agents_with_prefix": len(self.prefixes)}
+                "agents_with_prefix": len(self.prefixes), "continuations": len(self.continuations)}
 
     # ---- internal helpers ----------------------------------------------------------------
     def _hint_for(self, request: AgentRequest) -> KVFlowHint | None:
         """The hint the request is handled under: its own (issue 23's learner answers here for
         requests without one)."""
         return request.hint
+

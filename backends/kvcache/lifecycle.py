@@ -25,11 +25,17 @@ Rules, in this order:
    the last) are inserted with the request's agent tag (:class:`~.intake.IntakeDecision`), the
    request's other slots are freed and its lock released. A failed or cancelled request inserts
    nothing (``tokens=None``); its slots all come back all the same.
+
+Admission order (:func:`admission_order`): first come, first served, except that a request that
+returns to a kept conversation (:mod:`.continuations`) whose KV is still on device goes ahead of new
+sessions: admitted now, it locks that KV before a newcomer's room-making could evict it (program-
+level order, as Continuum schedules a job's next turn). The wait of the others stays bounded: a
+request passed over ``max_passed`` times goes back to plain arrival order until it is admitted.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, TypeVar
 
 from .errors import CacheError
 from .intake import UNHINTED, IntakeDecision
@@ -40,7 +46,11 @@ from .results import (
 if TYPE_CHECKING:
     from .cache import KVCache
 
-__all__ = ["Reservation", "Refused", "reserve", "release"]
+__all__ = ["Reservation", "Refused", "reserve", "release", "admission_order", "passed_over", "MAX_PASSED"]
+
+T = TypeVar("T")
+MAX_PASSED = 8
+"""How many times a waiting request may be passed over by returning continuations."""
 
 
 class Reservation(NamedTuple):
@@ -127,6 +137,30 @@ def release(cache: KVCache, reservation: Reservation, tokens: Sequence[int] | No
         cache.free_device(cache.still_held(reservation.own_slots))
         cache.unlock(reservation.handle)
     return result
+
+
+def admission_order(waiting: Sequence[T], returning: Callable[[T], bool], passed: Callable[[T], int],
+                    max_passed: int = MAX_PASSED) -> list[T]:
+    """``waiting`` (oldest first) in the order to try admitting them: ``returning`` ones (a resident
+    continuation's return) first, unless one has been passed over ``max_passed`` times already
+    (``passed``): then plain arrival order. The host counts, for each admitted request, one pass
+    over every older request still waiting (:func:`passed_over`)."""
+    if any(passed(w) >= max_passed for w in waiting):
+        return list(waiting)
+    ahead = [w for w in waiting if returning(w)]
+    if not ahead:
+        return list(waiting)
+    return ahead + [w for w in waiting if not returning(w)]
+
+
+def passed_over(waiting: Sequence[T], admitted: T) -> list[T]:
+    """The requests of ``waiting`` (oldest first) that ``admitted`` overtook."""
+    out = []
+    for w in waiting:
+        if w is admitted:
+            return out
+        out.append(w)
+    return []
 
 
 def _computed(prompt: Sequence[int], cached: int, max_new_tokens: int) -> int:

@@ -14,7 +14,7 @@ import random
 import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, Sequence, TypeVar
 
 from backends.base import EngineError, GenerateRequest, GenerateResult, RequestTooLarge, StreamEvent
 from backends.local.config import EngineConfig
@@ -212,6 +212,13 @@ class Engine:
         if not isinstance(update, StepsUpdate):
             raise TypeError(f"apply_steps expects a StepsUpdate, got {type(update).__name__}")
         self.scheduler.apply_steps(update)
+        self._wake.set()
+
+    def pause(self, request: GenerateRequest, tools: Sequence[str]) -> None:
+        """``request`` ended and its reply calls ``tools``: the brain keeps its conversation for the
+        agent's return (:mod:`backends.kvcache.continuations`). The server calls it after parsing
+        the reply; a request without a session (no hint, no session key) keeps nothing."""
+        self.scheduler.pause(request, tuple(str(t) for t in tools))
         self._wake.set()
 
     # ---- introspection ----------------------------------------------------------------

@@ -47,6 +47,7 @@ class RequestState:
     submitted_at: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     grammar: Any = None  # a backends.local.grammar.TokenGrammar for a constrained request
+    passed_over: int = 0  # times a returning continuation was admitted ahead of it (bounded)
 
     def __post_init__(self) -> None:
         self._decoder = IncrementalDecoder(self.tokenizer)

@@ -22,7 +22,7 @@ from collections import deque
 from typing import Any, Callable
 
 from backends.base import EngineBusy, EngineError, FinishReason, StreamEvent
-from backends.kvcache import AgentRequest, KVCache, Refused, Reservation
+from backends.kvcache import AgentRequest, KVCache, Refused, RequestIntake, Reservation, admission_order, passed_over
 from backends.local.config import EngineConfig
 from backends.local.model.loader import LoadedModel
 from backends.local.pools import KVPool
@@ -84,6 +84,10 @@ class Scheduler:
     def apply_steps(self, update: StepsUpdate) -> None:
         self._inbox.put(("steps", update))
 
+    def pause(self, request: Any, tools: tuple[str, ...]) -> None:
+        """``request``'s reply ended in calls of ``tools``: keep its conversation (the brain's rule)."""
+        self._inbox.put(("pause", (request, tools)))
+
     def inspect(self, fn: Callable[[KVCache], Any], deliver: Callable[[bool, Any], None]) -> None:
         """Run ``fn(cache)`` on the loop thread between steps; ``deliver(ok, value_or_error)``."""
         self._inbox.put(("inspect", (fn, deliver)))
@@ -144,6 +148,11 @@ class Scheduler:
                 elif kind == "steps":
                     self.cache.apply_steps(payload)
                     hinted = True
+                elif kind == "pause":
+                    request, tools = payload
+                    session = RequestIntake.session_of(request.hint, request.session)
+                    if session is not None:
+                        self.cache.pause(session, tools)
                 elif kind == "inspect":
                     self._inspect(*payload)
                 elif kind == "flush":
@@ -158,7 +167,7 @@ class Scheduler:
     def _accept(self, state: RequestState) -> bool:
         request = state.request
         state.intake = self.cache.accept(AgentRequest(state.cache_key(state.prompt), request.hint,
-                                                       request.fixed_prefix_tokens))
+                                                       request.fixed_prefix_tokens, request.session))
         self.waiting.append(state)
         return request.hint is not None
 
@@ -190,7 +199,7 @@ class Scheduler:
     # ---- admission ----------------------------------------------------------------------
     def _admit(self) -> bool:
         admitted = False
-        for state in list(self.waiting):
+        for state in admission_order(self.waiting, self._resident_return, _passed):
             if len(self.running) >= self.config.max_batch or self._admission_stalled:
                 break
             try:
@@ -208,8 +217,13 @@ class Scheduler:
             admitted = True
         return admitted
 
+    def _resident_return(self, state: RequestState) -> bool:
+        return self.cache.returns_resident(state.cache_key(state.prompt), state.intake)
+
     def _start(self, state: RequestState, reservation: Reservation) -> None:
         state.reservation = reservation  # from here on, every ending gives it back
+        for older in passed_over(self.waiting, state):
+            older.passed_over += 1
         self.tiers.demote(reservation.evicted)
         if reservation.load is not None:  # host-only prefix: load it now (the stall prefetch avoids)
             self.tiers.load_now(reservation.load)
@@ -325,11 +339,16 @@ class Scheduler:
             self.tiers.offload_now(result.offload)
 
     def _publish(self) -> None:
+        # continuations_* counters come with the intake's; "continuations" is how many are kept now
         intake = self.cache.intake.snapshot()
         self.snapshot = {
             **self.cache.stats.as_dict(), **self.cache.usage(), **intake["counters"],
-            "agents_with_prefix": intake["agents_with_prefix"],
+            "agents_with_prefix": intake["agents_with_prefix"], "continuations": intake["continuations"],
             "running": len(self.running), "waiting": len(self.waiting),
             "forward_s": self.runner.forward_s, "prefetch_tasks": self.tiers.prefetch_tasks,
             "h2d_tokens": self.tiers.h2d_tokens, "d2h_tokens": self.tiers.d2h_tokens, **self.counters,
         }
+
+
+def _passed(state: RequestState) -> int:
+    return state.passed_over

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from backends.base import GenerateResult, TokenLogprob
-from kvflow_orch.protocol import MAX_CACHE_SALT_LEN, check_cache_salt
+from kvflow_orch.protocol import MAX_CACHE_SALT_LEN, MAX_NAME_LEN, check_cache_salt
 
 __all__ = [
     "LenientModel",
@@ -138,6 +138,10 @@ class SamplingFields(LenientModel):
     logit_bias: dict[str, float] | None = None
     top_k: int = Field(default=0, ge=-1)
     """0 or -1: no limit (vLLM and SGLang use -1)."""
+    user: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_LEN)
+    prompt_cache_key: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_LEN)
+    """OpenAI's session fields: either ties a plain agent's calls into one session (its conversation
+    is kept across a tool pause, :mod:`backends.kvcache.continuations`)."""
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     cache_salt: CacheSalt = None
     """vLLM's field: requests with different salts never share cached KV (nor reveal, through
@@ -172,6 +176,11 @@ class SamplingFields(LenientModel):
             "logit_bias": tuple((int(k), v) for k, v in (self.logit_bias or {}).items()),
             "logprobs": self.top_logprobs_wanted(),
         }
+
+    def session_key(self) -> str | None:
+        """The request's explicit session (``prompt_cache_key``, else ``user``): what ties an
+        unhinted agent's return from a tool call to its kept conversation."""
+        return self.prompt_cache_key if self.prompt_cache_key is not None else self.user
 
     def decoding(self) -> tuple[float, float]:
         """``(temperature, top_p)`` as the engine takes them: ``top_p`` 0 is greedy decoding."""

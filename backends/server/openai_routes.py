@@ -24,7 +24,8 @@ from backends.server.serving import (ServerContext, checked_encoding, complete_a
                                      read_hint, sse_response)
 from kvflow_orch.protocol import KVFlowHint
 
-__all__ = ["openai_router", "served_model", "engine_request", "encode_conversation", "CHAT_DEFAULT_MAX_TOKENS"]
+__all__ = ["openai_router", "served_model", "engine_request", "encode_conversation", "keep_if_paused", "called_tools",
+           "CHAT_DEFAULT_MAX_TOKENS"]
 
 CHAT_DEFAULT_MAX_TOKENS = 256
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -48,7 +49,21 @@ def engine_request(ctx: ServerContext, body: api.SamplingFields, encoded: Encode
         ignore_eos=body.ignore_eos, **body.sampling_options(),
     )
     return GenerateRequest(input_ids=encoded.input_ids, sampling=sampling, hint=hint,
-                           fixed_prefix_tokens=encoded.fixed_prefix_tokens, cache_salt=body.cache_salt)
+                           fixed_prefix_tokens=encoded.fixed_prefix_tokens, cache_salt=body.cache_salt,
+                           session=body.session_key())
+
+
+def keep_if_paused(ctx: ServerContext, greq: GenerateRequest, tools: list[str]) -> None:
+    """A reply that calls ``tools`` pauses its agent: the engine keeps the conversation for the
+    return (engines without continuations have no ``pause``)."""
+    pause = getattr(ctx.engine, "pause", None)
+    if tools and pause is not None:
+        pause(greq, tools)
+
+
+def called_tools(message: dict[str, Any]) -> list[str]:
+    """The names of the tools a chat reply's message calls."""
+    return [call["function"]["name"] for call in message.get("tool_calls") or ()]
 
 
 def encode_conversation(ctx: ServerContext, history: list[api.ChatMessage], hint: KVFlowHint | None,
@@ -129,6 +144,7 @@ def openai_router(ctx: ServerContext) -> APIRouter:
                     choice["message"], choice["finish_reason"] = tool_calls.parse_reply(result.text,
                                                                                         result.finish_reason)
             learned_reply(ctx, learned, reply["choices"][0]["message"])
+            keep_if_paused(ctx, greq, called_tools(reply["choices"][0]["message"]))
             return JSONResponse(reply)
         role_sent = False
         calls = tool_calls.ToolCallStream() if plan.envelope else None
@@ -140,8 +156,10 @@ def openai_router(ctx: ServerContext) -> APIRouter:
                 yield api.chat_chunk(id_, model, {"role": "assistant", "content": ""})
             if event.result is not None:
                 result = event.result
-                learned_reply(ctx, learned, tool_calls.parse_reply(result.text, result.finish_reason)[0]
-                              if plan.envelope else {"content": result.text})
+                message = (tool_calls.parse_reply(result.text, result.finish_reason)[0]
+                           if plan.envelope else {"content": result.text})
+                learned_reply(ctx, learned, message)
+                keep_if_paused(ctx, greq, called_tools(message))
             if calls is not None:
                 yield from _render_calls(id_, model, calls, event, body.wants_usage_chunk(), fixed_tokens)
                 return

@@ -27,7 +27,8 @@ from backends.base import GenerateResult, StreamEvent
 from backends.server import responses_models as rm
 from backends.server import tool_calls
 from backends.server.errors import APIError, error_body
-from backends.server.openai_routes import CHAT_DEFAULT_MAX_TOKENS, encode_conversation, engine_request, served_model
+from backends.server.openai_routes import (CHAT_DEFAULT_MAX_TOKENS, encode_conversation, engine_request,
+                                           keep_if_paused, served_model)
 from backends.server.serving import SSEForm, ServerContext, complete, open_stream, parse_body, read_hint, sse_response
 
 __all__ = ["responses_router", "RESPONSES_ROUTE"]
@@ -202,6 +203,7 @@ def responses_router(ctx: ServerContext) -> APIRouter:
         if not body.stream:
             result = await complete(request, ctx, greq, "input", plan.constraint_param)
             output, status = _output(result, plan.envelope)
+            keep_if_paused(ctx, greq, [item["name"] for item in output if item["type"] == "function_call"])
             return JSONResponse(envelope.response(status, output, result))
         events = _EventStream(envelope, plan.envelope)
         form = SSEForm(named=True, done=False, error=events.error)

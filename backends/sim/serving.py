@@ -8,11 +8,13 @@ from the roofline :class:`~.cost.CostModel`, copies from :class:`~.link.Link`.
 
 Scheduling, once per iteration of the compute stream:
 
-1. walk the waiting queue in arrival order; with ``status_aware`` a request whose prefix is still
-   loading is skipped (it stays queued) and later ready requests are considered; without it, the
-   walk stops there (FCFS). A request is admitted when the brain reserves device slots for every
-   token it computes (the engine's rule: the prompt past its reused prefix, the output but its last
-   token), within a per-iteration budget of prompt tokens to compute;
+1. walk the waiting queue in the brain's admission order (arrival order, except that a return to a
+   kept conversation still on device goes first, :func:`~backends.kvcache.admission_order`); with
+   ``status_aware`` a request whose prefix is still loading is skipped (it stays queued) and later
+   ready requests are considered; without it, the walk stops there (FCFS). A request is admitted
+   when the brain reserves device slots for every token it computes (the engine's rule: the prompt
+   past its reused prefix, the output but its last token), within a per-iteration budget of prompt
+   tokens to compute;
 2. run one forward pass over the admitted prefills and one decode token of every running request.
    A load the brain started at admission overlaps the pass layer by layer, so the pass ends no
    earlier than that load plus one layer's compute. With no prefill to run, decode steps are taken
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from backends.kvcache import (UNHINTED, AgentRequest, CacheConfig, IntakeDecision, KVCache, MatchResult, Refused,
-                              Reservation)
+                              Reservation, admission_order, passed_over)
 from backends.kvcache.hints import AgentRef
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
@@ -65,6 +67,8 @@ class SimRequest:
     generated: int = 0
     intake: IntakeDecision = UNHINTED  # the brain's decision at arrival (agent, fixed boundary)
     reservation: Reservation | None = None  # its slots and prefix lock, held while running
+    session: str | None = None  # an explicit session key (plain traffic's user / prompt_cache_key)
+    passed_over: int = 0  # times a returning continuation was admitted ahead of it
 
     @property
     def context(self) -> int:
@@ -116,7 +120,8 @@ class ServingSim:
         request.arrival_s = self.events.now
         if self.on_submit is not None:
             self.on_submit(request)
-        request.intake = self.cache.accept(AgentRequest(request.prompt, request.hint, request.fixed_tokens))
+        request.intake = self.cache.accept(AgentRequest(request.prompt, request.hint, request.fixed_tokens,
+                                                        request.session))
         if request.hint is not None:
             self._prefetch()
         self.waiting.append(request)
@@ -185,6 +190,9 @@ class ServingSim:
         self.admission_log.append(request.prompt)
         return True, ready_at
 
+    def _resident_return(self, request: SimRequest) -> bool:
+        return self.cache.returns_resident(request.prompt, request.intake)
+
     def _step(self) -> None:
         self._step_pending = False
         if self._computing:
@@ -193,7 +201,7 @@ class ServingSim:
         admitted: list[SimRequest] = []
         ready_at = now
         budget = self.limits.max_prefill_tokens
-        for request in list(self.waiting):
+        for request in admission_order(self.waiting, self._resident_return, _passed):
             if len(self.running) + len(admitted) >= self.limits.max_running:
                 break
             peek = self.cache.match_prefix(request.prompt)
@@ -207,6 +215,8 @@ class ServingSim:
             ok, at = self._admit(request, peek)
             if not ok:
                 break
+            for older in passed_over(self.waiting, request):
+                older.passed_over += 1
             self.waiting.remove(request)
             admitted.append(request)
             ready_at = max(ready_at, at)
@@ -265,6 +275,10 @@ class ServingSim:
 def _to_compute(prompt: tuple[int, ...], cached: int) -> int:
     # A fully cached prompt still computes its last token to produce the first output logits.
     return max(1, len(prompt) - cached)
+
+
+def _passed(request: SimRequest) -> int:
+    return request.passed_over
 
 
 def _noop() -> None:

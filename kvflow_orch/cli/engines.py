@@ -82,7 +82,8 @@ def _embedded_config(args: argparse.Namespace) -> Any:
     sizes = {k: v for k, v in (("device_tokens", args.device_tokens), ("host_tokens", args.host_tokens),
                                ("prefetch_lookahead", args.prefetch_lookahead), ("dtype", args.dtype))
              if v is not None}
-    return EngineConfig.build(model=args.model, policy=args.policy, prefetch=not args.no_prefetch, **sizes)
+    return EngineConfig.build(model=args.model, policy=args.policy, prefetch=not args.no_prefetch,
+                              continuations=args.continuations, **sizes)
 
 
 def _serve_embedded(args: argparse.Namespace, extra: list[str]) -> int:
@@ -130,7 +131,8 @@ def _run_server(args: argparse.Namespace, sock: Any) -> int:
                      allowed_hosts=_allowed_hosts(args))
     print(f"kvflow serve: {args.model} on http://{args.host}:{args.port} (policy {args.policy}, "
           f"prefetch {'off' if args.no_prefetch else 'on'}, lookahead {engine.config.cache.prefetch_lookahead}), "
-          f"learned hints {'off' if learner is None else 'on'}", file=sys.stderr, flush=True)
+          f"learned hints {'off' if learner is None else 'on'}, "
+          f"continuations {'on' if engine.config.cache.continuations else 'off'}", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
     try:
         server.run(sockets=[sock])

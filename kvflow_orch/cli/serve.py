@@ -66,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prefetch agents whose (expected) steps-to-execution are <= N (default: 1). Learned "
                              "routing sends fractional expected steps above 1 for branch candidates: a wider "
                              "lookahead (e.g. 16) lets the likeliest of them be loaded; embedded engine only")
+    parser.add_argument("--continuations", action=argparse.BooleanOptionalAction, default=True,
+                        help="keep a conversation across its agent's tool pause (a reply ending in tool calls, a "
+                             "hint's resume_in_s) until a deadline learned per tool; the session is the hint's "
+                             "agent or the request's user / prompt_cache_key (default: on; embedded engine only)")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default=None,
                         help="weights and KV dtype (default auto: float32 on the CPU, bfloat16 on CUDA); with "
                              "--engine sglang/vllm it is passed to that engine")
@@ -114,6 +118,10 @@ def main(args: argparse.Namespace) -> int:
     if args.engine == "sglang" and args.learned_hints and args.policy != "kvflow":
         print("kvflow serve: --learned-hints with --engine sglang needs --policy kvflow (the plugin that applies "
               "hints is off with any other policy)", file=sys.stderr)
+        return 2
+    if engine.external and not args.continuations:
+        print("kvflow serve: --no-continuations sets the embedded engine's brain; the vLLM and SGLang plugins "
+              f"keep no continuations yet, so it means nothing with --engine {args.engine}", file=sys.stderr)
         return 2
     if engine.external and args.dtype is not None:
         extra += ["--dtype", args.dtype]  # the engine's own flag, same meaning

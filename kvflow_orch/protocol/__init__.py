@@ -13,8 +13,8 @@ depend on it without loading the orchestrator.
 from __future__ import annotations
 
 from .errors import HintError, HintLocationError
-from .limits import (DEFAULT_NAMESPACE, MAX_AGENTS, MAX_CACHE_SALT_LEN, MAX_NAME_LEN, check_cache_salt, check_name,
-                     check_steps, steps_as_json)
+from .limits import (DEFAULT_NAMESPACE, MAX_AGENTS, MAX_CACHE_SALT_LEN, MAX_NAME_LEN, MAX_RESUME_IN_S, check_cache_salt,
+                     check_name, check_resume_in_s, check_steps, steps_as_json)
 from .sampling import Sampling
 from .trace import FORMAT_VERSION, CallRecord, NodeRecord, read_calls, write_calls
 from .wire import (CUSTOM_PARAMS, GENERATE_PARAMS, HINT_LOCATIONS, INFO_ROUTE, KV_TRANSFER_PARAMS,
@@ -26,6 +26,8 @@ __all__ = [
     "MAX_AGENTS",
     "MAX_CACHE_SALT_LEN",
     "check_cache_salt",
+    "MAX_RESUME_IN_S",
+    "check_resume_in_s",
     "DEFAULT_NAMESPACE",
     "STEPS_ROUTE",
     "INFO_ROUTE",

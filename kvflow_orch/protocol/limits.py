@@ -15,8 +15,8 @@ from typing import Any, Mapping
 
 from .errors import HintError
 
-__all__ = ["MAX_NAME_LEN", "MAX_AGENTS", "DEFAULT_NAMESPACE", "MAX_CACHE_SALT_LEN", "check_name", "check_steps",
-           "check_cache_salt", "steps_as_json"]
+__all__ = ["MAX_NAME_LEN", "MAX_AGENTS", "DEFAULT_NAMESPACE", "MAX_CACHE_SALT_LEN", "MAX_RESUME_IN_S", "check_name",
+           "check_steps", "check_resume_in_s", "check_cache_salt", "steps_as_json"]
 
 MAX_NAME_LEN = 256
 MAX_AGENTS = 4096
@@ -24,6 +24,9 @@ DEFAULT_NAMESPACE = "default"
 MAX_CACHE_SALT_LEN = 128
 """``cache_salt`` (a request's top-level field, vLLM's name): vLLM 0.32's bound, and its characters."""
 _SALT_FORBIDDEN = frozenset("@/\\\0")
+MAX_RESUME_IN_S = 86400.0
+"""A hint's ``resume_in_s`` (seconds until a pausing agent calls again) is at most a day: a longer
+pause is no reason to hold KV, and the bound keeps one client from pinning memory indefinitely."""
 
 
 def check_name(value: Any, what: str) -> str:
@@ -70,6 +73,24 @@ def check_steps(steps: Any) -> dict[str, float]:
             continue
         out[agent] = _step(agent, value)
     return out
+
+
+def check_resume_in_s(value: Any) -> float | None:
+    """A hint's ``resume_in_s`` as a float: ``None`` (no pause announced), or a finite number of
+    seconds in ``[0, MAX_RESUME_IN_S]``; bool, NaN, infinities, negative, too large and non-numeric
+    values raise :class:`HintError` naming the field, as a bad step does."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise HintError(f"resume_in_s is {_shown(value)}; expected a number of seconds >= 0 or null")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if math.isnan(number) or not 0 <= number <= MAX_RESUME_IN_S:
+        raise HintError(f"resume_in_s is {_shown(value)}; expected a finite number of seconds in "
+                        f"[0, {MAX_RESUME_IN_S:g}] or null")
+    return number
 
 
 def _step(agent: str, value: Any) -> float:

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from .errors import HintError, HintLocationError
-from .limits import DEFAULT_NAMESPACE, check_name, check_steps, steps_as_json
+from .limits import DEFAULT_NAMESPACE, check_name, check_resume_in_s, check_steps, steps_as_json
 
 __all__ = ["STEPS_ROUTE", "INFO_ROUTE", "STATS_ROUTE", "LEARNED_ROUTE", "KVFlowHint", "StepsUpdate", "attach_hint",
            "extract_hint", "read_steps_update", "CUSTOM_PARAMS", "KV_TRANSFER_PARAMS", "GENERATE_PARAMS",
@@ -78,6 +78,10 @@ class KVFlowHint(_Strict):
     raw-text prompt, how many characters); ``None`` lets the backend infer the boundary.
     ``steps``: agent -> float (``math.inf``: not expected again); on the wire
     ``{"coder": 0, "qa": 1, "pm": null}``.
+    ``resume_in_s``: the agent pauses after this call (it runs a tool, waits for a user) and calls
+    again in about this many seconds; the backend keeps the conversation (prompt and reply) for
+    that call (issue 24's continuations). ``None``: no pause announced (a reply that ends in tool
+    calls is still kept, for a deadline the backend learns from the tools' observed durations).
     """
 
     workflow_id: str
@@ -85,6 +89,12 @@ class KVFlowHint(_Strict):
     agent: str
     steps: dict[str, float] = Field(default_factory=dict)
     fixed_prefix: int | None = Field(default=None, ge=0)
+    resume_in_s: float | None = None
+
+    @field_validator("resume_in_s", mode="before")
+    @classmethod
+    def _v_resume(cls, value: Any) -> float | None:
+        return check_resume_in_s(value)
 
     _v_ids = field_validator("workflow_id", "namespace", "agent")(
         lambda v, info: check_name(v, info.field_name)
@@ -131,7 +141,8 @@ def attach_hint(body: dict[str, Any], hint: KVFlowHint, *, route: str = "openai"
         child = node.get(part)
         node[part] = dict(child) if isinstance(child, Mapping) else {}
         node = node[part]
-    node[key] = hint.model_dump(mode="json")
+    # a hint without a pause travels as before: servers older than resume_in_s take it silently
+    node[key] = hint.model_dump(mode="json", exclude={"resume_in_s"} if hint.resume_in_s is None else None)
     return out
 
 

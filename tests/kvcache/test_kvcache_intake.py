@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.kvcache import UNHINTED, AgentRequest, CacheConfig, IntakeDecision, RequestIntake
+from backends.kvcache import UNHINTED, AgentRequest, CacheConfig, RequestIntake
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 from kvcache_helpers import FakeClock
@@ -23,7 +23,7 @@ def intake(**options) -> RequestIntake:
 def test_a_hinted_request_applies_its_hint_and_gets_its_declared_boundary():
     it = intake()
     decision = it.accept(AgentRequest(SYSTEM + [5, 6], hint("coder", coder=0, qa=1), fixed_prefix_tokens=8))
-    assert decision == IntakeDecision(("ns", "coder"), 8)
+    assert decision[:2] == (("ns", "coder"), 8)
     assert it.hints.steps(("ns", "qa")) == 1
     assert it.accept(AgentRequest([1, 2], hint("coder"), fixed_prefix_tokens=9)).fixed_tokens == 2  # clamped
     assert it.counters["hinted_requests"] == 2
@@ -78,7 +78,9 @@ def test_due_lists_recorded_prefixes_most_urgent_first_and_steps_updates_count()
     it.remember(("ns", "b"), (2,), 1)
     assert it.due(1) == [(0.0, ("ns", "b"), (2,)), (1.0, ("ns", "a"), (1,))]  # c has no record
     assert it.snapshot() == {"counters": {"hinted_requests": 0, "unhinted_requests": 0, "tagged_requests": 2,
-                                          "steps_updates": 1}, "workflows": 1, "agents_with_prefix": 2}
+                                          "steps_updates": 1, "continuations_kept": 0, "continuations_reused": 0,
+                                          "continuations_expired": 0},
+                             "workflows": 1, "agents_with_prefix": 2, "continuations": 0}
 
 
 def test_a_host_that_learns_its_pool_later_sizes_the_cap_and_the_token_bounds():

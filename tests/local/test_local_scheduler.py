@@ -102,3 +102,34 @@ def test_a_request_that_does_not_fit_yet_is_not_readmitted_every_step(tiny):
         assert sum(sched.snapshot[k] for k in ADMISSION_COUNTERS) <= 2 * sum(len(p) for p in prompts)
     finally:
         sched.shutdown()
+
+
+def test_a_resident_continuation_s_return_is_admitted_ahead_of_new_sessions(tiny):
+    """max_batch 1: one admission per free slot. The paused agent's return, queued behind two new
+    sessions, runs first while its conversation is on device; its greedy tokens equal a cold run's."""
+    def plain(question: str, session: str) -> GenerateRequest:
+        enc = tiny.tokenizer.encode_chat([{"role": "user", "content": question}], None)
+        return GenerateRequest(enc.input_ids, SamplingParams(max_tokens=8, ignore_eos=True), session=session)
+
+    first = plain("Look the weather up, then answer.", "agent-a")
+    scratch = Scheduler(EngineConfig.build(device_tokens=4096, host_tokens=0), tiny, wake=lambda: None)
+    sched = Scheduler(EngineConfig.build(device_tokens=4096, host_tokens=0, max_batch=1), tiny, wake=lambda: None)
+    try:
+        _, events = submit(sched, tiny, first)
+        run_all(sched)
+        back_ids = first.input_ids + output(events) + tuple(tiny.tokenizer.encode("rain, 12 C"))
+        back = GenerateRequest(back_ids, SamplingParams(max_tokens=8, ignore_eos=True), session="agent-a")
+        sched.pause(first, ("get_weather",))
+        newcomers = [submit(sched, tiny, plain(f"New question {i}?", f"new-{i}"))[0] for i in range(2)]
+        returning, back_events = submit(sched, tiny, back)
+        sched.step()  # drains the inbox (pause, three arrivals) and admits one request
+        assert returning.intake.resumes and returning.phase is not Phase.WAITING
+        assert all(s.phase is Phase.WAITING and s.passed_over == 1 for s in newcomers)
+        run_all(sched)
+        assert sched.snapshot["continuations_kept"] == sched.snapshot["continuations_reused"] == 1
+        _, cold = submit(scratch, tiny, back)
+        run_all(scratch)
+        assert output(back_events) == output(cold)
+    finally:
+        sched.shutdown()
+        scratch.shutdown()

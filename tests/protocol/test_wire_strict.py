@@ -32,6 +32,27 @@ def test_fixed_prefix_is_a_json_integer_only(fixed: object) -> None:
     assert extract_hint(body).fixed_prefix == 2
 
 
+@pytest.mark.parametrize("resume", [-1, -0.5, 86400.5, float("nan"), float("inf"), True, "3", [3]])
+def test_resume_in_s_is_a_finite_bounded_number_of_seconds(resume: object) -> None:
+    body = {"custom_params": {"kvflow": {"workflow_id": "w", "agent": "a", "resume_in_s": resume}}}
+    with pytest.raises(HintError, match=r"resume_in_s"):
+        extract_hint(body)
+    with pytest.raises(HintError, match=r"resume_in_s is an integer of"):
+        extract_hint(json.loads(f'{{"custom_params": {{"kvflow": {{"workflow_id": "w", "agent": "a", '
+                                f'"resume_in_s": {HUGE}}}}}}}'))
+    for good in (0, 2.5, 86400, None):
+        body["custom_params"]["kvflow"]["resume_in_s"] = good
+        assert extract_hint(body).resume_in_s == (None if good is None else float(good))
+
+
+def test_a_hint_without_a_pause_travels_as_before() -> None:
+    from kvflow_orch.protocol import attach_hint
+    plain = attach_hint({}, KVFlowHint(workflow_id="w", agent="a"))["custom_params"]["kvflow"]
+    assert "resume_in_s" not in plain
+    paused = attach_hint({}, KVFlowHint(workflow_id="w", agent="a", resume_in_s=4))["custom_params"]["kvflow"]
+    assert paused["resume_in_s"] == 4.0
+
+
 def test_the_models_built_in_python_are_strict_too() -> None:
     with pytest.raises(ValueError):
         StepsUpdate(workflow_id="w", done="yes")  # type: ignore[arg-type]

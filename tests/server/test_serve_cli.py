@@ -43,7 +43,7 @@ def test_kvflow_serve_runs_binds_loopback_and_applies_flags() -> None:
     port = _free_port()
     cmd = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", "tiny-random", "--device-tokens", "1024",
            "--host-tokens", "0", "--policy", "lru", "--no-prefetch", "--dtype", "bfloat16",
-           "--prefetch-lookahead", "16", "--port", str(port), "--api-key", "k"]
+           "--prefetch-lookahead", "16", "--no-continuations", "--port", str(port), "--api-key", "k"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -68,6 +68,7 @@ def test_kvflow_serve_runs_binds_loopback_and_applies_flags() -> None:
     assert rc == 0
     startup = proc.stdout.read() if proc.stdout else ""
     assert "(policy lru, prefetch off, lookahead 16)" in startup  # read back from the engine's brain config
+    assert "continuations off" in startup
 
 
 def test_unknown_flags_are_refused_for_the_embedded_engine(capsys: pytest.CaptureFixture[str]) -> None:
@@ -103,3 +104,8 @@ def test_bad_prefetch_lookahead_is_an_argument_error(capsys: pytest.CaptureFixtu
 def test_prefetch_lookahead_is_refused_for_external_engines(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli.main(["serve", "--engine", "sglang", "--model", str(tmp_path), "--prefetch-lookahead", "4"])
     assert rc == 2 and "radix-eviction-policy-config" in capsys.readouterr().err
+
+
+def test_no_continuations_is_refused_for_external_engines(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["serve", "--engine", "sglang", "--model", str(tmp_path), "--no-continuations"])
+    assert rc == 2 and "--no-continuations sets the embedded engine's brain" in capsys.readouterr().err

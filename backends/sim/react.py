@@ -1,0 +1,149 @@
+"""ReAct agents with tool pauses, simulated: the workload of issue 24's continuations.
+
+Each agent runs a loop of model calls; between two calls it runs a tool whose duration is drawn
+from the tool's range (:data:`FAST_TOOL` 0.1-1 s, :data:`SLOW_TOOL` 5-30 s, as in the issue), then
+calls again with its whole conversation plus the tool's result. A job's completion time runs from
+its first call's arrival to its last call's last token. The plan (:func:`react_plan`) is pure data
+from a seed, so every policy sees the same token content and the same tool durations.
+
+Every agent is a kvflow client: its hint names its job as the workflow and declares its system
+prompt as the fixed prefix; its session is that agent in its job (:mod:`backends.kvcache.continuations`).
+With continuations the host reports each tool-call ending (:meth:`KVCache.pause
+<backends.kvcache.KVCache.pause>`), as the server does on parsing a reply; without them the same
+requests run with ``continuations=False``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from statistics import mean
+from typing import Any, Sequence
+
+from backends.kvcache import CacheConfig, EvictionPolicy
+from kvflow_orch.protocol import KVFlowHint
+
+from .cost import CostModel
+from .serving import EngineLimits, ServingSim, SimRequest
+from .systems import System
+from .workloads import random_tokens as sim_tokens
+
+__all__ = ["Tool", "FAST_TOOL", "SLOW_TOOL", "ReactSpec", "AgentPlan", "react_plan", "ReactResult", "run_react"]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    low_s: float
+    high_s: float
+
+
+FAST_TOOL = Tool("lookup", 0.1, 1.0)
+SLOW_TOOL = Tool("build", 5.0, 30.0)
+
+
+@dataclass(frozen=True)
+class ReactSpec:
+    """``agents`` concurrent ReAct jobs of ``turns`` model calls; each tool call is slow with
+    probability ``slow_share``. Token counts per part of a conversation."""
+
+    agents: int = 16
+    turns: int = 4
+    system_tokens: int = 256
+    task_tokens: int = 64
+    output_tokens: int = 32
+    result_tokens: int = 48
+    slow_share: float = 0.5
+    stagger_s: float = 0.05
+    seed: int = 0
+    vocab: int | None = None
+    """Token ids below this (a real model's vocabulary); ``None``: the simulator's."""
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    name: str
+    system: tuple[int, ...]
+    task: tuple[int, ...]
+    outputs: tuple[tuple[int, ...], ...]
+    """One reply per turn."""
+    tools: tuple[tuple[Tool, float, tuple[int, ...]], ...]
+    """Between turn ``i`` and ``i + 1``: the tool, its duration, its result's tokens."""
+    start_s: float
+
+    def prompt(self, turn: int) -> tuple[int, ...]:
+        """The conversation sent at ``turn``: system prompt, task, then each earlier reply and its
+        tool's result."""
+        out = self.system + self.task
+        for i in range(turn):
+            out += self.outputs[i] + self.tools[i][2]
+        return out
+
+
+def react_plan(spec: ReactSpec) -> list[AgentPlan]:
+    rng = random.Random(spec.seed)
+    ids = None if spec.vocab is None else range(3, spec.vocab)  # past the special tokens of small vocabularies
+
+    def random_tokens(rng: random.Random, n: int) -> tuple[int, ...]:
+        return sim_tokens(rng, n) if ids is None else tuple(rng.choices(ids, k=n))
+
+    plans = []
+    for i in range(spec.agents):
+        tools = []
+        for _ in range(spec.turns - 1):
+            tool = SLOW_TOOL if rng.random() < spec.slow_share else FAST_TOOL
+            tools.append((tool, rng.uniform(tool.low_s, tool.high_s), random_tokens(rng, spec.result_tokens)))
+        outputs = tuple(random_tokens(rng, spec.output_tokens) for _ in range(spec.turns))
+        system, task = random_tokens(rng, spec.system_tokens), random_tokens(rng, spec.task_tokens)
+        plans.append(AgentPlan(f"agent{i}", system, task, outputs, tuple(tools), i * spec.stagger_s))
+    return plans
+
+
+@dataclass(frozen=True)
+class ReactResult:
+    job_s: tuple[float, ...]
+    """Each job's completion time, in plan order."""
+    recomputed_tokens: int
+    counters: dict[str, int]
+    admissions: tuple[tuple[int, ...], ...]
+    """Prompts in admission order (Bélády's future for a rerun)."""
+
+    @property
+    def mean_job_s(self) -> float:
+        return mean(self.job_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mean_job_s": self.mean_job_s, "recomputed_tokens": self.recomputed_tokens, **self.counters}
+
+
+def run_react(plans: Sequence[AgentPlan], system: System, cost: CostModel, config: CacheConfig, *,
+              policy: EvictionPolicy | None = None, limits: EngineLimits = EngineLimits()) -> ReactResult:
+    """Run every plan's loop to the end on one simulated instance (``config.continuations`` says
+    whether tool-call endings are kept)."""
+    sim = ServingSim(system, cost, config, limits=limits, policy=policy)
+    done: dict[str, float] = {}
+
+    def call(plan: AgentPlan, turn: int) -> None:
+        hint = KVFlowHint(workflow_id=plan.name, agent=plan.name, steps={plan.name: 0})
+        sim.submit(SimRequest(plan.prompt(turn), plan.outputs[turn], (hint.namespace, hint.agent),
+                              len(plan.system), hint, lambda r: finished(plan, turn, r)))
+
+    def finished(plan: AgentPlan, turn: int, request: SimRequest) -> None:
+        if turn + 1 == len(plan.outputs):
+            done[plan.name] = sim.events.now - plan.start_s
+            return
+        tool, seconds, _ = plan.tools[turn]
+        session = request.intake.session
+        if session is not None:
+            sim.cache.pause(session, [tool.name])
+        sim.events.schedule(sim.events.now + seconds, call, plan, turn + 1)
+
+    for plan in plans:
+        sim.events.schedule(plan.start_s, call, plan, 0)
+    sim.events.run()
+    missing = [p.name for p in plans if p.name not in done]
+    if missing:
+        raise RuntimeError(f"the simulation ended with unfinished jobs {missing[:4]}")
+    counters = {k: v for k, v in sim.cache.intake.counters.items() if k.startswith("continuations_")}
+    return ReactResult(tuple(done[p.name] for p in plans), sim.cache.stats.recomputed_tokens, counters,
+                       tuple(sim.admission_log))
