@@ -24,7 +24,8 @@ import json
 import logging
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_serializer,
+                      field_validator, model_serializer)
 
 from .errors import HintError, HintLocationError
 from .limits import DEFAULT_NAMESPACE, check_name, check_resume_in_s, check_steps, steps_as_json
@@ -100,6 +101,15 @@ class KVFlowHint(_Strict):
         lambda v, info: check_name(v, info.field_name)
     )
 
+    @model_serializer(mode="wrap")
+    def _s_hint(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a hint without a pause is dumped, and so travels, as before resume_in_s existed: servers
+        # older than it take the hint, and equality with older dumps holds
+        data = handler(self)
+        if self.resume_in_s is None:
+            data.pop("resume_in_s", None)
+        return data
+
 
 class StepsUpdate(_Strict):
     """Out-of-band update of a workflow's steps (``POST /kvflow/v1/steps``).
@@ -141,8 +151,7 @@ def attach_hint(body: dict[str, Any], hint: KVFlowHint, *, route: str = "openai"
         child = node.get(part)
         node[part] = dict(child) if isinstance(child, Mapping) else {}
         node = node[part]
-    # a hint without a pause travels as before: servers older than resume_in_s take it silently
-    node[key] = hint.model_dump(mode="json", exclude={"resume_in_s"} if hint.resume_in_s is None else None)
+    node[key] = hint.model_dump(mode="json")
     return out
 
 
