@@ -54,8 +54,10 @@ def test_refs_in_tool_parameters_resolve_against_the_tool_schema(client: httpx.C
 
 @pytest.mark.parametrize("field", ["temperature", "top_p", "n", "stream", "presence_penalty", "frequency_penalty"])
 def test_null_means_the_default(client: httpx.Client, served: Served, field: str) -> None:
-    choice = ok(client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2, field: None}))
-    assert choice["finish_reason"] == "length"
+    r = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2, field: None})
+    choice = ok(r)
+    # the default temperature samples: the random model may draw its end token within the 2 tokens
+    assert choice["finish_reason"] in ("length", "stop") and r.json()["usage"]["completion_tokens"] <= 2
     sampling = served.requests[-1][1].sampling
     defaults = {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
     if field in defaults:
