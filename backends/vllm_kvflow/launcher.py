@@ -47,6 +47,8 @@ BUILTIN_NAMES = ("smollm2-135m", "tiny-random")
 OFFLOAD_POLICY, OFFLOAD_MODULE = "KVFlowCachePolicy", "backends.vllm_kvflow.offload"  # see offload.py
 CPU_BLOCK_SIZE = 128  # vLLM's CPU backend default; --block-size in the pass-through flags overrides it
 DEFAULT_CPU_KV_BYTES = 2**30  # what the benchmarks and tests reserved before kvflow sized it
+# vLLM's flags that choose compilation (-O3, -O 2, -cc.mode=none, --compilation-config=...)
+_COMPILATION_FLAGS = ("--enforce-eager", "--no-enforce-eager", "--compilation-config", "-cc", "-O")
 SMALL_HOST_CPUS = 4  # at most this many cores: vLLM's reserved frontend core is given back to compute
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
@@ -140,9 +142,7 @@ def cpu_speed_defaults(extra_argv: Sequence[str]) -> tuple[list[str], dict[str, 
         argv += ["--dtype", "float32"]
     if (os.cpu_count() or 1) <= SMALL_HOST_CPUS and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ:
         env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
-    compiles = ("--enforce-eager", "--no-enforce-eager", "-O", "--compilation-config", "-cc")
-    if not any(arg == flag or arg.startswith(flag + "=") or arg.startswith(flag + ".") or
-               (flag == "-O" and arg.startswith("-O")) for arg in extra_argv for flag in compiles):
+    if not any(arg.startswith(_COMPILATION_FLAGS) for arg in extra_argv):
         argv += ["--enforce-eager"]
     return argv, env
 
