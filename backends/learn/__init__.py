@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .config import LEARNED_NAMESPACE, LearnerConfig
 from .learner import LEARNER_COUNTERS, Learned, TrafficLearner
-from .requests import SESSION_KEY_FIELDS, SESSION_KEY_HEADERS
+from .requests import SESSION_KEY_FIELDS, SESSION_KEY_HEADERS, session_headers
 
 __all__ = ["TrafficLearner", "Learned", "LearnerConfig", "LEARNED_NAMESPACE", "LEARNER_COUNTERS",
-           "SESSION_KEY_FIELDS", "SESSION_KEY_HEADERS"]
+           "SESSION_KEY_FIELDS", "SESSION_KEY_HEADERS", "session_headers"]

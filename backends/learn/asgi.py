@@ -24,6 +24,7 @@ from kvflow_orch.protocol import CUSTOM_PARAMS, HintError, KVFlowHint, StepsUpda
 
 from .host import reply_of_response
 from .learner import Learned, TrafficLearner
+from .requests import session_headers
 
 __all__ = ["LearningMiddleware", "BODY_SCOPE_KEY", "LEARNED_ROUTES", "MAX_BODY_BYTES", "read_body", "replay"]
 
@@ -77,8 +78,8 @@ class LearningMiddleware:
             declared = self._declared(body)
         except HintError:
             return None, raw, body  # the host refuses it, naming the field
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
-        learned = self.learner.observe(body, route=route, headers=headers, declared=declared)
+        learned = self.learner.observe(body, route=route, headers=session_headers(scope.get("headers", ())),
+                                       declared=declared)
         if learned.source != "learned" or learned.hint is None:
             return learned, raw, body
         body = attach_hint(body, learned.hint, location=CUSTOM_PARAMS)

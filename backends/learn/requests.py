@@ -19,15 +19,17 @@ Keys are hashed at once: a key of any length costs the same 16 bytes.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-__all__ = ["RequestView", "read_chat", "read_completion", "digest", "turn_key", "SESSION_KEY_FIELDS",
-           "SESSION_KEY_HEADERS"]
+__all__ = ["RequestView", "read_chat", "read_completion", "digest", "turn_key", "session_headers",
+           "SESSION_KEY_FIELDS", "SESSION_KEY_HEADERS"]
 
 SESSION_KEY_FIELDS = ("prompt_cache_key", "metadata.session_id", "metadata.conversation_id", "metadata.thread_id")
 SESSION_KEY_HEADERS = ("x-session-id", "x-conversation-id", "x-thread-id")
 USER_KEY_FIELDS = ("safety_identifier", "user")
 LEADING_ROLES = ("system", "developer")
+_KEY_PATHS = tuple((field, tuple(field.split("."))) for field in SESSION_KEY_FIELDS)
+_HEADER_BYTES = frozenset(name.encode() for name in SESSION_KEY_HEADERS)
 
 
 class RequestView:
@@ -114,10 +116,11 @@ def read_completion(body: Mapping[str, Any], headers: Mapping[str, str] = {}) ->
 
 def session_key(body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[bytes | None, bool]:
     """The first session key present (module docstring), hashed; ``bad``: one was of the wrong type.
-    ``headers`` names are lower case (a Starlette ``Headers`` matches any case)."""
+    ``headers`` names are lower case (a Starlette ``Headers`` matches any case; a host passes
+    :func:`session_headers` where it has the raw pairs: a lookup that misses costs less in a dict)."""
     bad = False
-    for field in SESSION_KEY_FIELDS:
-        key, wrong = _key(field, _field(body, field))
+    for field, path in _KEY_PATHS:
+        key, wrong = _key(field, body.get(path[0]) if len(path) == 1 else _field(body, path))
         if key is not None:
             return key, bad
         bad |= wrong
@@ -133,9 +136,19 @@ def session_key(body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[by
     return None, bad
 
 
-def _field(body: Mapping[str, Any], path: str) -> Any:
+def session_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The session-key headers among a request's raw ASGI header pairs (names lower case, as ASGI
+    servers give them; any case is matched)."""
+    out = {}
+    for name, value in raw:
+        if name in _HEADER_BYTES or (name[:2].lower() == b"x-" and name.lower() in _HEADER_BYTES):
+            out.setdefault(name.lower().decode("latin-1"), value.decode("latin-1"))
+    return out
+
+
+def _field(body: Mapping[str, Any], path: Sequence[str]) -> Any:
     node: Any = body
-    for part in path.split("."):
+    for part in path:
         if not isinstance(node, dict):
             return None
         node = node.get(part)
@@ -178,7 +191,15 @@ def _tools_key(tools: Any) -> int:
     property names and types, and which are required), in the order sent. Descriptions are prose
     and may vary; a full serialisation of the schemas would cost more than the rest of a request's
     learning, and tool sets that share names and property names are told apart by their agents'
-    prompts anyway."""
+    prompts anyway. Tools as OpenAI defines them (names and types strings) take a fast path that
+    gives the same key; any other shape is read field by field. A tool set always takes the same
+    path, so its key is stable either way."""
+    if not tools:
+        return _NO_TOOLS
+    try:
+        return hash(("chat", tuple([_shape(tool["function"]) for tool in tools])))
+    except (TypeError, KeyError, AttributeError):
+        pass
     shapes = []
     for tool in _list(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
@@ -191,6 +212,19 @@ def _tools_key(tools: Any) -> int:
                                                           for k, v in props.items()),
                            tuple(str(r) for r in _list(required))))
     return hash(("chat", tuple(shapes)))
+
+
+def _shape(fn: dict[str, Any]) -> tuple[Any, tuple[tuple[str, Any], ...], tuple[Any, ...]]:
+    """:func:`_tools_key`'s fast path for one tool: raises where a field is missing, not a map, or unhashable."""
+    params = fn.get("parameters") or _EMPTY
+    props = params.get("properties") or _EMPTY
+    required = params.get("required") or ()
+    return (fn["name"], tuple(zip(props, [v["type"] for v in props.values()], strict=True)),
+            tuple(required) if type(required) is list else ())
+
+
+_EMPTY: dict[str, Any] = {}
+_NO_TOOLS = hash(("chat", ()))
 
 
 def _model(body: Mapping[str, Any]) -> str:

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any, Literal, Mapping
 
 from fastapi import APIRouter, Request
-from pydantic_core import from_json
 
-from backends.learn import Learned
+from backends.learn import Learned, session_headers
 from backends.learn.host import learned_view
 from backends.learn.host import learner_stats as stats_of
 from backends.server.errors import APIError
@@ -25,16 +24,15 @@ from kvflow_orch.protocol import LEARNED_ROUTE, KVFlowHint
 __all__ = ["learned_hint", "learned_reply", "learned_router", "learner_stats"]
 
 
-async def learned_hint(request: Request, ctx: ServerContext, route: Literal["chat", "completions"],
-                       declared: KVFlowHint | None) -> tuple[KVFlowHint | None, Learned | None]:
-    """The hint the request is served under (the declared one wins) and the learner's record of it."""
+def learned_hint(request: Request, ctx: ServerContext, route: Literal["chat", "completions"],
+                 body: Mapping[str, Any], declared: KVFlowHint | None) -> tuple[KVFlowHint | None, Learned | None]:
+    """The hint the request is served under (the declared one wins) and the learner's record of it.
+    ``body``: the JSON object the route validated (:func:`~backends.server.serving.parse_json_body`:
+    one parse serves the route and the learner)."""
     learner = ctx.learner
     if learner is None:
         return declared, None
-    # the route validated it already (a JSON object) into its model, which keeps none of the session
-    # keys; pydantic's parser without string caching is the cheapest second reading
-    body = from_json(await request.body(), cache_strings=False)
-    learned = learner.observe(body, route=route, headers=request.headers, declared=declared)
+    learned = learner.observe(body, route=route, headers=session_headers(request.headers.raw), declared=declared)
     for update in learner.ended():
         ctx.engine.apply_steps(update)
     return learned.hint, learned

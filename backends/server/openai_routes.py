@@ -20,7 +20,7 @@ from backends.server import openai_models as api
 from backends.server import tool_calls
 from backends.server.errors import APIError
 from backends.server.learning import learned_hint, learned_reply
-from backends.server.serving import (ServerContext, checked_encoding, complete_all, open_stream, parse_body,
+from backends.server.serving import (ServerContext, checked_encoding, complete_all, open_stream, parse_json_body,
                                      read_hint, sse_response)
 from kvflow_orch.protocol import KVFlowHint
 
@@ -125,10 +125,10 @@ def openai_router(ctx: ServerContext) -> APIRouter:
 
     @router.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        body = await parse_body(request, api.ChatCompletionRequest)
+        body, raw = await parse_json_body(request, api.ChatCompletionRequest)
         model = served_model(ctx, body.model)
         hint = read_hint({"custom_params": body.custom_params})
-        hint, learned = await learned_hint(request, ctx, "chat", hint)
+        hint, learned = learned_hint(request, ctx, "chat", raw, hint)
         plan = tool_calls.plan_chat(body)
         encoded = encode_conversation(ctx, body.messages, hint, plan, "messages")
         field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
@@ -175,11 +175,11 @@ def openai_router(ctx: ServerContext) -> APIRouter:
 
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body = await parse_body(request, api.CompletionRequest)
+        body, raw = await parse_json_body(request, api.CompletionRequest)
         model = served_model(ctx, body.model)
         hint = read_hint({"custom_params": body.custom_params})
         fixed = hint.fixed_prefix if hint is not None else None
-        hint, learned = await learned_hint(request, ctx, "completions", hint)
+        hint, learned = learned_hint(request, ctx, "completions", raw, hint)
         encoded = ctx.encode_prompt(body.prompt, fixed, "prompt")
         greq = engine_request(ctx, body, encoded, hint, COMPLETION_DEFAULT_MAX_TOKENS, "max_tokens")
         greqs = _choices(ctx, "completions", body, greq)

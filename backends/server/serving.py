@@ -10,6 +10,7 @@ has started.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
@@ -18,6 +19,7 @@ import anyio
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 
 from backends.base import EncodedPrompt, GenerateRequest, GenerateResult, SamplingParams, ServingEngine, StreamEvent
 from backends.learn import TrafficLearner
@@ -25,8 +27,8 @@ from backends.server.errors import APIError, ClientDisconnected, error_body, fro
 from backends.server.limits import ServerLimits
 from kvflow_orch.protocol import HintError, KVFlowHint, extract_hint
 
-__all__ = ["ServerContext", "parse_body", "read_hint", "checked_encoding", "until_disconnect", "complete",
-           "complete_all", "open_stream", "sse_response", "SSEForm"]
+__all__ = ["ServerContext", "parse_body", "parse_json_body", "validated_json", "read_hint", "checked_encoding",
+           "until_disconnect", "complete", "complete_all", "open_stream", "sse_response", "SSEForm"]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -95,6 +97,33 @@ async def parse_body(request: Request, model: type[M], *, status: int = 400) -> 
         return model.model_validate_json(raw)
     except ValidationError as exc:
         raise from_validation_error(exc, status=status) from None
+
+
+async def parse_json_body(request: Request, model: type[M]) -> tuple[M, dict[str, Any]]:
+    """:func:`parse_body`'s answer (its errors alike) and the JSON object it validated, parsed once
+    (:func:`validated_json`): the traffic learner reads what the model keeps none of (session keys
+    in ``metadata``, the tools' schemas as sent)."""
+    return validated_json(await request.body(), model)
+
+
+def validated_json(raw: bytes, model: type[M]) -> tuple[M, dict[str, Any]]:
+    """``raw`` validated into ``model``, and the JSON object it was. Parsing to Python and
+    validating that costs less than validating the bytes (``benchmarks/learner_cost.py`` prints
+    both); the models are strict and take JSON's types only, so both readings accept the same
+    bodies, and a refused body is validated again as bytes so that its error names the fault in
+    the words every route uses."""
+    try:
+        data = from_json(raw, cache_strings=False)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        with contextlib.suppress(ValidationError):
+            return model.model_validate(data), data
+    try:
+        validated = model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+    return validated, data if isinstance(data, dict) else {}
 
 
 def read_hint(body: Mapping[str, Any], *, route: str = "openai") -> KVFlowHint | None:
