@@ -48,7 +48,8 @@ class RequestView:
         self.tools = tools
         """Key of the route and the tools' names and schema shapes, part of the agent's identity."""
         self.messages = messages
-        """The messages after the leading ones (chat); empty for completions."""
+        """The messages after the leading ones (chat), as sent (an entry may be no message); empty
+        for completions."""
         self.completion = completion
         """A completion's prompt (where an earlier reply may be carried); None for chat."""
         self.session_key = session_key
@@ -60,7 +61,8 @@ class RequestView:
         """The key of message ``i`` after the lead (:func:`turn_key`), computed once."""
         key = self._turns.get(i)
         if key is None:
-            key = self._turns[i] = turn_key(self.messages[i])
+            message = self.messages[i]
+            key = self._turns[i] = turn_key(message if isinstance(message, dict) else _EMPTY)
         return key
 
     def texts(self) -> Iterator[str]:
@@ -69,13 +71,16 @@ class RequestView:
         if self.completion is not None:
             yield self.completion
         for m in reversed(self.messages):
-            yield content_text(m.get("content"))
+            if isinstance(m, dict):
+                yield content_text(m.get("content"))
 
     def call_ids(self, last: int) -> list[str]:
         """Ids of the tool calls the last ``last`` messages echo (assistant ``tool_calls``, tool
         ``tool_call_id``), the latest first."""
         ids: dict[str, None] = {}
         for m in reversed(self.messages[-last:]):
+            if not isinstance(m, dict):
+                continue
             if m.get("tool_call_id"):
                 ids[str(m["tool_call_id"])] = None
             for c in _list(m.get("tool_calls")):
@@ -94,9 +99,12 @@ def digest(*parts: str | bytes) -> bytes:
 
 
 def read_chat(body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> RequestView:
-    messages = [m for m in _list(body.get("messages")) if isinstance(m, dict)]
+    # not filtered for shape: a request carries its whole conversation, and only its lead and its
+    # last turns are read (each checked there); an entry that is no message reads as an empty turn
+    messages = _list(body.get("messages"))
     lead_count = 0
-    while lead_count < len(messages) and messages[lead_count].get("role") in LEADING_ROLES:
+    while lead_count < len(messages) and isinstance(messages[lead_count], dict) \
+            and messages[lead_count].get("role") in LEADING_ROLES:
         lead_count += 1
     lead = "\n\n".join(content_text(m.get("content")) for m in messages[:lead_count])
     key, bad = session_key(body, headers)
