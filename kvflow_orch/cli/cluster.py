@@ -4,7 +4,15 @@
 
 For development and tests on one machine: every process binds 127.0.0.1. Serve flags
 (``--device-tokens``, ``--host-tokens``, ``--policy``, ``--no-prefetch``, ``--debug-routes``,
-``--api-key``) go to every worker. It prints one line per worker (``worker I: URL``) and then
+``--api-key``, ``--learned-hints``) go to every worker.
+
+Learned hints are learned on the workers, each from the requests it serves, not at the gateway: a
+hint acts on the cache of the worker that serves its request, which is where the session's KV is,
+and what a learner links into a session (its conversation, the replies it carries) is what that
+worker has seen. smg passes bodies and headers through and runs no learner. So keep a session on one
+worker, for its cache as for its learning: smg's ``manual`` policy pins the requests that carry
+``x-smg-routing-key`` (kvflow's clients send it); a session split over workers is learned, and
+cached, in pieces. It prints one line per worker (``worker I: URL``) and then
 ``gateway: URL``, and runs until Ctrl-C (or SIGTERM) or until the gateway exits; then it stops them all.
 A worker that exits is started again on its port (``--restart-delay`` doubling up to
 ``--restart-max-delay`` while it keeps exiting); the gateway routes around it meanwhile and takes

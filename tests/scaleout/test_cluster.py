@@ -51,11 +51,11 @@ def test_bad_flags_are_refused_before_anything_starts(argv: list[str], message: 
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
-def test_cluster_prints_the_urls_serves_through_the_gateway_and_stops_cleanly() -> None:
+def test_cluster_prints_the_urls_serves_through_the_gateway_learns_on_the_workers_and_stops_cleanly() -> None:
     require_smg()
     port = free_port()
     proc = subprocess.Popen([*KVFLOW, "cluster", "--workers", "2", "--model", "tiny-random", "--gateway-port",
-                             str(port), *FLAGS, "--policy", "lru"],
+                             str(port), *FLAGS, "--policy", "lru", "--learned-hints"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         lines = [proc.stdout.readline().strip() for _ in range(3)]  # type: ignore[union-attr]
@@ -67,12 +67,37 @@ def test_cluster_prints_the_urls_serves_through_the_gateway_and_stops_cleanly() 
         chat = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60, json={
             "model": "tiny-random", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
         assert chat.status_code == 200 and chat.headers["x-smg-routed-worker-id"] in workers
+        served = {w: [] for w in workers}  # the sessions each worker served
+        served[chat.headers["x-smg-routed-worker-id"]].append("hi")
+        _plain_sessions(f"http://127.0.0.1:{port}", served)
+        # each worker learned the requests it served, and linked each session's turns into one
+        learner = {w: httpx.get(w + "/kvflow/v1/stats").json()["learner"] for w in workers}
+        for w in workers:
+            assert learner[w]["enabled"] and learner[w]["declared_hint_requests"] == 0
+            assert learner[w]["learned_hint_requests"] == len(served[w]), (w, learner[w], served)
+            assert learner[w]["live_sessions"] == len(set(served[w])), (w, learner[w], served)
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
     for url in workers:
         with pytest.raises(httpx.ConnectError):
             httpx.get(url + "/health", timeout=2)
+
+
+def _plain_sessions(gateway: str, served: dict[str, list[str]], turns: int = 3) -> None:
+    """Two conversations as a framework sends them (no hint, no session key), each kept on one
+    worker by smg's routing key; ``served`` gets the session of every request a worker served."""
+    chats = {name: [{"role": "system", "content": f"You are the {name}. " + "Answer briefly. " * 20},
+                    {"role": "user", "content": f"First task for the {name}."}] for name in ("planner", "critic")}
+    with httpx.Client(timeout=60) as client:
+        for turn in range(turns):
+            for name, messages in chats.items():
+                r = client.post(gateway + "/v1/chat/completions", headers={"x-smg-routing-key": name}, json={
+                    "model": "tiny-random", "max_tokens": 2, "temperature": 0, "messages": messages})
+                assert r.status_code == 200, r.text
+                served[r.headers["x-smg-routed-worker-id"]].append(name)
+                messages += [{"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]},
+                             {"role": "user", "content": f"Turn {turn + 2}: go on."}]
 
 
 def test_a_worker_lost_mid_run_loses_no_workflow_and_survivors_drain() -> None:
