@@ -46,7 +46,7 @@ def demo(tmp_path_factory):
 def test_demo_runs_baseline_then_kvflow_on_the_same_calls(demo):
     code, out, _ = demo
     assert code == 0
-    assert "no host tier" in out and "21 LLM calls" in out  # three projects of seven calls
+    assert "no host tier" in out and "10 LLM calls" in out  # two projects of five calls
     pool = re.search(r"Device pool ([\d,]+) tokens = 90% of the role prompts' ([\d,]+)", out)
     assert pool and number(pool[1]) < number(pool[2])
     rows = side_by_side(out)
@@ -61,7 +61,7 @@ def test_demo_runs_baseline_then_kvflow_on_the_same_calls(demo):
 def test_demo_prints_a_live_progress_line_per_run(demo):
     _, out, _ = demo
     for label in ("baseline (lru)", "kvflow (kvflow)"):
-        final = [line for line in out.splitlines() if line.startswith(label) and "21/21 calls" in line]
+        final = [line for line in out.splitlines() if line.startswith(label) and "10/10 calls" in line]
         assert len(final) == 1 and "[####################]" in final[0] and "of prompt tokens from cache" in final[0]
 
 
@@ -98,9 +98,9 @@ def test_demo_prints_targets_and_writes_the_timeline_and_calls(demo):
     assert f"Timeline of the calls per agent: {png}" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     calls = list(read_calls(out_dir / "kvflow-calls.jsonl"))
-    assert len(calls) == 21 and [c.agent for c in calls[:7]] == [
-        "product_manager", "architect", "project_manager", "engineer", "qa", "engineer", "qa"]
-    assert calls[7].agent == "product_manager" and all(c.hint is not None for c in calls)
+    assert len(calls) == 10 and [c.agent for c in calls[:5]] == [
+        "product_manager", "architect", "project_manager", "engineer", "qa"]
+    assert calls[5].agent == "product_manager" and all(c.hint is not None for c in calls)
 
 
 def test_demo_without_baseline_runs_kvflow_alone(tmp_path, capsys):
