@@ -36,7 +36,8 @@ DEMO_IDEAS = (
     "a web page that converts lengths, weights and temperatures between units",
     "a library that validates CSV files against a column schema and reports every bad row",
 )
-"""The projects the demo's software company works through, in order."""
+"""The built-in projects, in order: ``kvflow demo`` works through the first two by default (its time
+target), ``examples/metagpt_replay.py`` through all three."""
 
 STAT_KEYS = (
     "device_hit_tokens",
