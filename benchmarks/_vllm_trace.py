@@ -9,6 +9,12 @@ it): a real :class:`~backends.kvcache.KVCache` takes each call through ``accept`
 ``release`` under a :class:`~backends.kvcache.trace.BrainRecorder`, one call at a time in sending
 order. :func:`bounds` replays those events (:func:`backends.kvcache.trace.replay`).
 
+vLLM caches in whole blocks, which the brain's token-granular replay does not follow, so its bounds
+are no bound for vLLM's hit tokens. :func:`block_requests` gives the same calls as
+:class:`backends.kvcache.block_replay.Request` (prompt ids, reply tokens, the hinted fixed prefix,
+and when each call was sent and answered, so concurrent calls overlap as they did) for the
+block-granular replay (:func:`backends.kvcache.block_replay.block_bounds`).
+
 Concurrent calls are taken one at a time in the order they were sent: the replay follows
 sequential traces, so for concurrent workflows the bounds are those of the serialized requests
 (each running alone, with the whole pool beside it), looser than any order can reach when several
@@ -21,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from backends.kvcache import CacheConfig, KVCache
+from backends.kvcache.block_replay import Request
 from backends.kvcache.intake import AgentRequest
 from backends.kvcache.lifecycle import Refused
 from backends.kvcache.trace import BrainRecorder, replay
@@ -29,7 +36,7 @@ from kvflow_orch.clients.http import HttpClient
 from kvflow_orch.harness.demo import EngineRun, replay_bounds
 from kvflow_orch.protocol import KVFlowHint, Sampling, StepsUpdate
 
-__all__ = ["RecordedCall", "RecordingClient", "brain_events", "bounds"]
+__all__ = ["RecordedCall", "RecordingClient", "brain_events", "block_requests", "bounds"]
 
 # placeholder ids for generated tokens: no prompt holds them, so no later call can hit them
 _OUTPUT_ID_BASE = 1 << 40
@@ -41,6 +48,9 @@ class RecordedCall:
     max_tokens: int
     hint: KVFlowHint | None
     reply: LLMReply | None = None
+    sent: int = 0
+    """Position among the client's sends and replies (with ``answered``): the calls' overlap."""
+    answered: int | None = None
 
 
 class RecordingClient(HttpClient):
@@ -50,11 +60,17 @@ class RecordingClient(HttpClient):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.log: list[RecordedCall | StepsUpdate] = []
+        self._moments = 0
+
+    def _moment(self) -> int:
+        self._moments += 1
+        return self._moments
 
     async def chat(self, messages: Any, sampling: Sampling, hint: KVFlowHint | None) -> LLMReply:
-        call = RecordedCall([dict(m) for m in messages], sampling.max_tokens, hint)
+        call = RecordedCall([dict(m) for m in messages], sampling.max_tokens, hint, sent=self._moment())
         self.log.append(call)
         call.reply = await super().chat(messages, sampling, hint)
+        call.answered = self._moment()
         return call.reply
 
     def send_steps(self, update: StepsUpdate) -> None:
@@ -66,6 +82,32 @@ def _ids(tokenizer: Any, messages: list[dict[str, Any]], generation: bool) -> li
     return list(tokenizer.encode(tokenizer.render_chat(messages, add_generation_prompt=generation)))
 
 
+def _prompt(n: int, item: RecordedCall, tokenizer: Any) -> tuple[list[int], int | None]:
+    """Call ``n``'s prompt ids and hinted fixed-prefix tokens; ValueError when the prompt does not
+    tokenize to the length vLLM reported."""
+    assert item.reply is not None, "a recorded call without its reply"
+    prompt = _ids(tokenizer, item.messages, True)
+    if len(prompt) != item.reply.prompt_tokens:
+        raise ValueError(f"call {n}: the chat template gives {len(prompt)} prompt tokens, vLLM counted "
+                         f"{item.reply.prompt_tokens}: the trace would not be the same requests")
+    fixed = None
+    if item.hint is not None and item.hint.fixed_prefix is not None:  # as the vLLM plugin's API server counts it
+        head = item.messages[: item.hint.fixed_prefix]
+        fixed = len(_ids(tokenizer, head, False)) if head else 0
+    return prompt, fixed
+
+
+def block_requests(log: list[RecordedCall | StepsUpdate], tokenizer: Any) -> list[Request]:
+    """The recorded calls as block-replay requests, in sending order, stamped with when they were
+    sent and answered. Raises ValueError as :func:`brain_events`."""
+    calls = [item for item in log if isinstance(item, RecordedCall)]
+    out = []
+    for n, item in enumerate(calls):
+        prompt, fixed = _prompt(n, item, tokenizer)
+        out.append(Request(prompt, item.reply.completion_tokens, fixed, item.sent, item.answered))
+    return out
+
+
 def brain_events(log: list[RecordedCall | StepsUpdate], tokenizer: Any, config: CacheConfig) -> list:
     """The brain calls an engine with ``config`` makes for ``log`` (one call at a time). Raises
     ValueError when a prompt does not tokenize to the length vLLM reported."""
@@ -75,15 +117,7 @@ def brain_events(log: list[RecordedCall | StepsUpdate], tokenizer: Any, config: 
         if isinstance(item, StepsUpdate):
             cache.apply_steps(item)
             continue
-        assert item.reply is not None, "a recorded call without its reply"
-        prompt = _ids(tokenizer, item.messages, True)
-        if len(prompt) != item.reply.prompt_tokens:
-            raise ValueError(f"call {n}: the chat template gives {len(prompt)} prompt tokens, vLLM counted "
-                             f"{item.reply.prompt_tokens}: the trace would not be the same requests")
-        fixed = None
-        if item.hint is not None and item.hint.fixed_prefix is not None:  # as the vLLM plugin's API server counts it
-            head = item.messages[: item.hint.fixed_prefix]
-            fixed = len(_ids(tokenizer, head, False)) if head else 0
+        prompt, fixed = _prompt(n, item, tokenizer)
         decision = cache.accept(AgentRequest(prompt, item.hint, fixed))
         out = item.reply.completion_tokens
         reservation = cache.reserve(prompt, out + 1)

@@ -39,10 +39,15 @@ workflow, N times that for N); vLLM's ``--max-model-len`` is the pool's, at most
 
 Printed: prefix-cache hit ratio (``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``),
 end-to-end workflow time, their kvflow/stock ratios, vLLM's prefill seconds per call that hit
-nothing, whether every greedy reply is identical under both policies, and beside them the trace
-replay's bounds on the same requests (``benchmarks/_vllm_trace.py``: the calls the kvflow run sent,
-replayed through the brain: stock LRU, the best online order, Bélády) with kvflow's hit tokens as
-a share of the best online order's (target: within 5%). ``--legacy-env`` adds a third run, stock vLLM
+nothing, whether every greedy reply is identical under both policies, and beside them the block
+replay of the same requests (``backends/kvcache/block_replay.py``, at vLLM's block size and pool:
+whole blocks, as vLLM caches; ``benchmarks/_vllm_trace.py`` records the calls each run sent, with
+when they were sent and answered): LRU on each run's requests (stock's should match stock vLLM's
+hits), Bélády (the offline optimum) and the best online bound (the most any policy can hit of the
+fixed-prefix blocks kvflow's hints name) on the kvflow run's requests, and whether kvflow's hit
+tokens are within 5% of the best online bound. Each workload's recorded requests are kept in
+``benchmarks/results/tmp/trace-<workload>.json`` to replay again.
+``--legacy-env`` adds a third run, stock vLLM
 with the environment this benchmark set before ``kvflow serve`` sized vLLM itself
 (``VLLM_CPU_KVCACHE_SPACE=1``), to compare the per-miss prefill of the plain command with it.
 The machine may be shared: the ratios of one run, measured back to back, are the result.
@@ -70,9 +75,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.kvcache import CacheConfig
 from backends.vllm_kvflow.launcher import running
-from benchmarks._vllm_trace import RecordingClient, bounds, brain_events
+from backends.kvcache.block_replay import Request as BlockRequest
+from backends.kvcache.block_replay import block_bounds, block_replay
+from benchmarks._vllm_trace import RecordingClient, block_requests
 from kvflow_orch.runtime import RunResult, arun
 from workflows.metagpt import metagpt
 from workflows.synthetic import synthetic
@@ -251,15 +257,24 @@ def measure(model: Path, policy: str, name: str, work: Workload, args: argparse.
     return row, calls
 
 
-def trace_bounds(model: Path, work: Workload, calls: list[Any], block_size: int) -> dict[str, Any]:
-    """The replay bounds on the calls of a run, in the pool vLLM had (whole blocks)."""
+def block_trace(model: Path, calls: list[Any]) -> list[BlockRequest]:
+    """A run's recorded calls as the block replay's requests (tokenized as vLLM did)."""
     from backends.local.model.loader import read_source
 
-    tokenizer = read_source(str(model))[2]
-    pool = math.ceil(work.device_tokens / block_size) * block_size  # what the vLLM plugin's brain is given
-    config = CacheConfig(device_tokens=pool)
-    return {"pool_tokens": pool, "serialized": work.concurrency > 1,
-            **bounds(brain_events(calls, tokenizer, config), config)}
+    return block_requests(calls, read_source(str(model))[2])
+
+
+def trace_bounds(work: Workload, traces: dict[str, list[BlockRequest]], block_size: int) -> dict[str, Any]:
+    """The block replay's figures (``backends.kvcache.block_replay``) in the pool vLLM had (whole
+    blocks): LRU on each run's own requests (stock's should match what stock vLLM hit), and Bélády
+    and the best online bound on the kvflow run's requests, in the order and overlap it had."""
+    blocks = math.ceil(work.device_tokens / block_size)  # what kvflow serve gives vLLM (plus its null block)
+    out: dict[str, Any] = {"pool_blocks": blocks, "block_size": block_size}
+    for policy, trace in traces.items():
+        replayed = block_bounds(trace, blocks, block_size) if policy == "kvflow" else \
+            {"prompt": sum(len(r.prompt) for r in trace), "lru": block_replay(trace, blocks, block_size).hits}
+        out[policy] = replayed
+    return out
 
 
 def compare(name: str, rows: dict[str, dict[str, Any]], bound: dict[str, Any] | None) -> dict[str, Any]:
@@ -285,19 +300,27 @@ def compare(name: str, rows: dict[str, dict[str, Any]], bound: dict[str, Any] | 
           f"greedy outputs identical: {same}" + (f" (differ: {', '.join(differ)})" if differ else ""))
     out.update({"hit_ratio_x": round(hit_x, 3) if hit_x != float("inf") else "inf", "speedup_x": round(speedup, 3),
                 "outputs_identical": same, "projects_differing": differ})
-    if bound:
-        share = kv["hits"] / bound["best_online"] if bound["best_online"] else float("nan")
-        out["bounds"], out["kvflow_of_best_online"] = bound, round(share, 4)
-        label = "serialized requests, " if bound["serialized"] else ""
-        print(f"{name:14} replay bounds on the same requests ({label}hit tokens of {bound['prompt']:,}): "
-              f"stock LRU {bound['lru']:,}, kvflow's order {bound['kvflow']:,}, best online {bound['best_online']:,}, "
-              f"Bélády {bound['belady']:,}, pool holds all {bound['all_cached']:,}")
-        # the brain evicts whole radix nodes, vLLM 128-token blocks: in a pool that cannot hold a whole
-        # prefix beside the running call, vLLM keeps part of one and the replay is no bound
-        verdict = ("the replay is below what vLLM hit: no bound at this pool (whole-prefix eviction vs vLLM's "
-                   "blocks)" if share > 1.05 else "within 5%" if share >= 0.95 else "NOT within 5%")
-        print(f"{name:14} kvflow on vLLM hit {kv['hits']:,} tokens = {share:.1%} of the best online order ({verdict})")
+    if bound and "kvflow" in bound:
+        kvb = bound["kvflow"]
+        best = kvb["best_online"]
+        share = kv["hits"] / best if best else float("nan")
+        within = bool(best) and kv["hits"] >= 0.95 * best
+        out["bounds"], out["kvflow_of_best_online"], out["within_5pct_of_best_online"] = bound, round(share, 4), within
+        stock_lru = bound.get("lru", {}).get("lru")
+        print(f"{name:14} hit tokens of {kvb['prompt']:,} prompt tokens, pool {bound['pool_blocks']} blocks of "
+              f"{bound['block_size']} (block replay of the recorded requests):")
+        print(f"{name:14}   stock vLLM (/metrics) {lru['hits']:>7,}   LRU replay of stock's requests "
+              f"{stock_lru if stock_lru is not None else '-':>7}")
+        print(f"{name:14}   kvflow (/metrics)     {kv['hits']:>7,}   LRU replay of kvflow's requests {kvb['lru']:>7,}")
+        print(f"{name:14}   Bélády (offline)      {kvb['belady']:>7,}   best online (hinted blocks)    {best:>7,}")
+        print(f"{name:14} kvflow within 5% of best online: {'yes' if within else 'no'} ({share:.1%} of it)")
     return out
+
+
+def _save_trace(path: Path, traces: dict[str, list[BlockRequest]]) -> None:
+    """The recorded requests (ids, reply tokens, hinted prefix, send/answer stamps), to replay again."""
+    path.write_text(json.dumps({policy: [[list(r.prompt), r.output, r.fixed, r.start, r.end] for r in trace]
+                                for policy, trace in traces.items()}))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -388,14 +411,19 @@ def main(argv: list[str] | None = None) -> int:
     bound: dict[str, dict[str, Any] | None] = dict.fromkeys(args.workloads)
     for name in args.workloads:  # the policies of one workload back to back: the same load for each
         rows[name] = {}
+        traces: dict[str, list[BlockRequest]] = {}
         for policy, env in policies.items():
             rows[name][policy], calls = measure(model, policy, name, specs[name], args, env)
-            if policy == "kvflow":
-                try:
-                    bound[name] = trace_bounds(model, specs[name], calls, args.block_size)
-                except ValueError as exc:  # reported, not fatal: the measured rows stand
-                    print(f"  {name}: no replay bounds: {exc}", flush=True)
-                    bound[name] = None
+            try:
+                traces[policy] = block_trace(model, calls)
+            except ValueError as exc:  # reported, not fatal: the measured rows stand
+                print(f"  {name} {policy}: no replay: {exc}", flush=True)
+        _save_trace(args.logs / f"trace-{name}.json", traces)
+        try:
+            bound[name] = trace_bounds(specs[name], {p: t for p, t in traces.items() if p in ("lru", "kvflow")},
+                                       args.block_size)
+        except ValueError as exc:
+            print(f"  {name}: no replay bounds: {exc}", flush=True)
     load_after = os.getloadavg()
     print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}", flush=True)
     report: dict[str, Any] = {

@@ -63,3 +63,44 @@ def test_a_prompt_that_does_not_match_the_server_count_is_refused():
         assert "999" in str(exc)
     else:
         raise AssertionError("a mismatched prompt was accepted")
+
+
+async def test_concurrent_calls_become_block_replay_requests_that_overlap_as_they_ran():
+    import asyncio
+
+    from backends.kvcache.block_replay import block_bounds
+    from benchmarks._vllm_trace import block_requests
+
+    apps = ("a", "b")
+    flows = [synthetic(n_agents=2, fixed=60, dynamic=8, output=4, rounds=2, app=app) for app in apps]
+    engine = Engine(EngineConfig.build(model="tiny-random", device_tokens=4096, host_tokens=0, policy="kvflow",
+                                       prefetch=False))
+    try:
+        with serve_in_thread(create_app(engine)) as running:
+            client = RecordingClient(running.url)
+            try:
+                await asyncio.gather(*(arun(flow, {}, backend=client, namespace=app)
+                                       for flow, app in zip(flows, apps, strict=True)))
+            finally:
+                await client.aclose()
+    finally:
+        engine.close()
+    calls = [item for item in client.log if isinstance(item, RecordedCall)]
+    requests = block_requests(client.log, read_source("tiny-random")[2])
+    assert [len(r.prompt) for r in requests] == [c.reply.prompt_tokens for c in calls]
+    assert [r.output for r in requests] == [c.reply.completion_tokens for c in calls]
+    assert all(r.fixed is not None and 0 < r.fixed < len(r.prompt) for r in requests)
+    # both workflows' first calls were sent before either was answered
+    assert requests[1].start < requests[0].end
+    stamps = sorted([r.start for r in requests] + [r.end for r in requests])
+    assert stamps == list(range(1, 2 * len(requests) + 1))
+    # every agent's second call repeats its fixed prompt: a pool that holds it all hits it (and any
+    # block past it that repeats too, which the best online bound, on hinted blocks only, leaves out)
+    got = block_bounds(requests, 4096 // 16, 16)
+    seen: set[tuple[int, ...]] = set()
+    fixed_blocks = 0
+    for r in requests:
+        head = tuple(r.prompt[:r.fixed])
+        fixed_blocks += r.fixed // 16 * 16 if head in seen else 0
+        seen.add(head)
+    assert got["lru"] == got["belady"] >= got["best_online"] == fixed_blocks > 0
