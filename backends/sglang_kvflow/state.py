@@ -30,7 +30,8 @@ COUNTERS = INTAKE_COUNTERS + PLUGIN_COUNTERS
 # (KVFlowState.use_device_pool); until then the nested config carries this placeholder.
 UNSIZED_POOL = 1
 # Options that are brain knobs: they go to the nested CacheConfig under the same names.
-CACHE_OPTIONS = ("prefetch", "prefetch_lookahead", "max_inflight_loads", "hint_ttl_s", "namespace_cap_tokens")
+CACHE_OPTIONS = ("prefetch", "prefetch_lookahead", "max_inflight_loads", "hint_ttl_s", "namespace_cap_tokens",
+                 "continuations", "tool_default_s", "step_default_s", "continuation_max_s")
 PLUGIN_OPTIONS = ("reserved_load_slots",)  # the plugin's own
 
 
@@ -46,9 +47,10 @@ class PluginConfig:
     process (and every TP rank) builds the same configuration from the server arguments.
 
     * ``cache``: the brain's :class:`~backends.kvcache.CacheConfig` (validated there). The options
-      ``prefetch``, ``prefetch_lookahead``, ``max_inflight_loads``, ``hint_ttl_s`` and
-      ``namespace_cap_tokens`` set its fields of the same names; ``device_tokens`` is
-      :data:`UNSIZED_POOL` until the scheduler knows its pool (:meth:`sized`), so the default
+      :data:`CACHE_OPTIONS` (``prefetch``, ``prefetch_lookahead``, ``max_inflight_loads``,
+      ``hint_ttl_s``, ``namespace_cap_tokens``, and the continuations' ``continuations``,
+      ``tool_default_s``, ``step_default_s``, ``continuation_max_s``) set its fields of the same names;
+      ``device_tokens`` is :data:`UNSIZED_POOL` until the scheduler knows its pool (:meth:`sized`), so the default
       namespace cap (half the device pool) applies from then on.
     * ``reserved_load_slots``: load slots (SGLang has 3 layer-done counters) left for demand loads.
     """

@@ -12,6 +12,13 @@ field), moves ``custom_params.kvflow`` to ``kv_transfer_params.kvflow``, and tur
 ``fixed_prefix`` (leading messages, or characters of a text prompt) into tokens with the served
 model's tokenizer and chat template, so the scheduler tags exactly the fixed prompt.
 
+Continuations (issue 24; the rule is the brain's, :mod:`backends.kvcache.continuations`): the same
+middleware passes a request's explicit session key (``prompt_cache_key``, else ``user``) to the
+scheduler as ``kv_transfer_params.kvflow_session``, and watches the reply of a chat request that
+offers tools and has a session (that key, or its hint's agent): when the reply calls tools (its JSON
+body, or the deltas of its stream), the ``pause`` verb reaches the scheduler before the reply's last
+bytes reach the client, so the conversation is kept before the agent can return.
+
 Learned hints (``KVFLOW_LEARNED_HINTS=on``, which ``kvflow serve --engine vllm --learned-hints``
 sets): :class:`backends.learn.asgi.LearningMiddleware` runs before the hint middleware, so a
 request without a hint reaches it carrying the learned one and takes the declared hints' path; the
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
@@ -32,16 +40,22 @@ from fastapi.responses import JSONResponse
 
 from backends.learn.asgi import BODY_SCOPE_KEY, MAX_BODY_BYTES, LearningMiddleware, read_body, replay
 from backends.learn.host import learned_view, learner_from_env, learner_stats
-from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, LEARNED_ROUTE, STATS_ROUTE,
-                                  STEPS_ROUTE, HintError, StepsUpdate, extract_hint, read_steps_update)
+from backends.kvcache.intake import RequestIntake
+from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, LEARNED_ROUTE, MAX_NAME_LEN,
+                                  STATS_ROUTE, STEPS_ROUTE, HintError, StepsUpdate, extract_hint, read_steps_update)
 
 from . import PLUGIN_NAME, UTILITY
-from .state import HINT_KEY, PREFIX_TOKENS_KEY
+from .state import HINT_KEY, PREFIX_TOKENS_KEY, SESSION_KEY, read_hint, read_session
 
-__all__ = ["KVFlowEndpoints", "rewrite_body", "PROTOCOL_VERSION", "HINT_ROUTES"]
+__all__ = ["KVFlowEndpoints", "rewrite_body", "session_key", "pause_session", "ToolCallWatch", "PROTOCOL_VERSION",
+           "HINT_ROUTES", "SESSION_FIELDS"]
+
+logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 HINT_ROUTES = ("/v1/chat/completions", "/v1/completions")
+SESSION_FIELDS = ("prompt_cache_key", "user")  # OpenAI's session fields, the first given wins
+MAX_WATCHED_BYTES = 16 * 2**20  # a longer JSON reply is not parsed for tool calls
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -55,16 +69,36 @@ def _template_ids(tokenizer: Any, messages: list[Any]) -> list[int]:
     return list(out)
 
 
+def session_key(body: dict[str, Any]) -> str | None:
+    """The request's explicit session key: ``prompt_cache_key``, else ``user`` (``None``: neither).
+    Raises :class:`HintError` naming a field that is not a non-empty name of at most
+    ``MAX_NAME_LEN`` characters (the embedded server's limit)."""
+    found = None
+    for name in SESSION_FIELDS:
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_LEN:
+            raise HintError(f"{name} must be a non-empty string of at most {MAX_NAME_LEN} characters")
+        found = found or value
+    return found
+
+
 def rewrite_body(body: dict[str, Any], route: str, tokenizer: Any | None) -> dict[str, Any] | None:
-    """The body with its hint where the scheduler reads it; ``None`` when it carries no hint.
-    Raises :class:`HintError` naming the problem."""
+    """The body with its hint and session key where the scheduler reads them; ``None`` when it
+    carries neither. Raises :class:`HintError` naming the problem."""
     params = body.get("kv_transfer_params")
     if params is not None and not isinstance(params, dict):
         raise HintError("kv_transfer_params must be an object")
     hint = extract_hint(body, location=CUSTOM_PARAMS) or extract_hint(body, location=KV_TRANSFER_PARAMS)
-    if hint is None:
+    key = session_key(body)
+    if hint is None and key is None:
         return None
     params = dict(params or {})
+    if key is not None:
+        params[SESSION_KEY] = key
+    if hint is None:
+        return {**body, "kv_transfer_params": params}
     params[HINT_KEY] = hint.model_dump(mode="json")
     if hint.fixed_prefix is not None and tokenizer is not None and PREFIX_TOKENS_KEY not in params:
         if route.endswith("chat/completions") and isinstance(body.get("messages"), list):
@@ -80,12 +114,67 @@ def rewrite_body(body: dict[str, Any], route: str, tokenizer: Any | None) -> dic
     return out
 
 
+def pause_session(body: dict[str, Any], route: str) -> tuple[str, str] | None:
+    """The session a rewritten chat request pauses if its reply calls tools (read as the scheduler
+    reads it: :func:`~.state.read_hint`, :func:`~.state.read_session`); ``None``: the request offers
+    no tools or has no session."""
+    if not route.endswith("chat/completions") or not body.get("tools"):
+        return None
+    params = body.get("kv_transfer_params")
+    found = read_hint(params)
+    return RequestIntake.session_of(found[0] if found else None, read_session(params))
+
+
+class ToolCallWatch:
+    """The names of the tools a chat reply calls, from its JSON body or its server-sent events."""
+
+    def __init__(self, streaming: bool) -> None:
+        self.streaming = streaming
+        self.tools: list[str] = []
+        self._buffer = b""
+        self._too_long = False
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.streaming:
+            self._too_long = self._too_long or len(self._buffer) + len(chunk) > MAX_WATCHED_BYTES
+            if not self._too_long:
+                self._buffer += chunk
+            return
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            line = line.strip()
+            if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+                self._choices(line[5:], "delta")
+
+    def finish(self) -> list[str]:
+        if not self.streaming and not self._too_long:
+            self._choices(self._buffer, "message")
+        elif self.streaming and self._buffer:
+            self.feed(b"\n")
+        return self.tools
+
+    def _choices(self, raw: bytes, field: str) -> None:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return
+        for choice in (data.get("choices") or []) if isinstance(data, dict) else []:
+            message = choice.get(field) if isinstance(choice, dict) else None
+            for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
+                name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
+                if isinstance(name, str) and name:
+                    self.tools.append(name)
+
+
 class _HintMiddleware:
     """Pure ASGI: rewrites hinted chat/completions bodies (see :func:`rewrite_body`)."""
 
-    def __init__(self, app: Any, tokenizer_of: Callable[[], Any]) -> None:
+    def __init__(self, app: Any, tokenizer_of: Callable[[], Any],
+                 pause: Callable[[tuple[str, str], list[str]], Any] | None = None) -> None:
         self.app = app
         self.tokenizer_of = tokenizer_of
+        self.pause = pause
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in HINT_ROUTES:
@@ -111,7 +200,29 @@ class _HintMiddleware:
             raw = json.dumps(new).encode()
             headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
             scope = {**scope, "headers": headers + [(b"content-length", str(len(raw)).encode())]}
+            session = pause_session(new, scope["path"]) if self.pause is not None else None
+            if session is not None:
+                send = self._watching(send, session)
         await self.app(scope, replay(raw, receive), send)
+
+    def _watching(self, send: Callable, session: tuple[str, str]) -> Callable:
+        """``send`` that pauses ``session`` before the last bytes of a reply that called tools."""
+        watch: list[ToolCallWatch] = []
+
+        async def watched(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                if message.get("status") == 200:
+                    kind = dict(message.get("headers") or ()).get(b"content-type", b"")
+                    watch.append(ToolCallWatch(streaming=kind.startswith(b"text/event-stream")))
+            elif message["type"] == "http.response.body" and watch:
+                watch[0].feed(message.get("body", b""))
+                if not message.get("more_body", False):
+                    tools = watch.pop().finish()
+                    if tools:
+                        await self.pause(session, tools)
+            await send(message)
+
+        return watched
 
 
 class KVFlowEndpoints:
@@ -132,7 +243,7 @@ class KVFlowEndpoints:
         app.add_api_route(INFO_ROUTE, self.get_info, methods=["GET"])
         app.add_api_route(STATS_ROUTE, self.get_stats, methods=["GET"])
         app.add_api_route(LEARNED_ROUTE, self.get_learned, methods=["GET"])
-        app.add_middleware(_HintMiddleware, tokenizer_of=lambda: self.tokenizer)
+        app.add_middleware(_HintMiddleware, tokenizer_of=lambda: self.tokenizer, pause=self._pause)
         if self.learner is not None:  # added last: the outermost, so the hint middleware sees learned hints
             app.add_middleware(LearningMiddleware, learner=self.learner, done=self._workflow_done,
                                locations=(CUSTOM_PARAMS, KV_TRANSFER_PARAMS))
@@ -161,6 +272,15 @@ class KVFlowEndpoints:
         if every_engine and hasattr(core, "call_utility_all_async"):
             return (await core.call_utility_all_async(UTILITY, verb, payload))[0]
         return await core.call_utility_async(UTILITY, verb, payload)
+
+    async def _pause(self, session: tuple[str, str], tools: list[str]) -> None:
+        """A reply called ``tools``: the scheduler keeps the session's conversation (the brain's
+        rule); a failure is logged, never the client's: its reply stands."""
+        if self.engine is not None:
+            try:
+                await self._call("pause", {"session": list(session), "tools": tools}, every_engine=True)
+            except Exception:
+                logger.warning("kvflow: the pause of a session did not reach the scheduler", exc_info=True)
 
     async def _workflow_done(self, update: StepsUpdate) -> None:
         """A learned session ended: its workflow's steps leave every scheduler's table."""
