@@ -127,6 +127,8 @@ class KVFlowState:
         # No pool to take half of yet: only a configured cap applies until use_device_pool.
         self.intake.hints.set_cap(self.config.cache.namespace_cap_tokens)
         self.inflight: dict[int, Inflight] = {}
+        # continuation tag changes decided without a tree at hand (.tags.retag applies them next)
+        self.pending_retags: list[tuple[list[Any], Any]] = []
         self.counters: Counter[str] = self.intake.counters  # one table: the intake's names, then ours
         self.counters.update({name: 0 for name in PLUGIN_COUNTERS})
 

@@ -31,31 +31,28 @@ vLLM's ``--api-key`` guards ``/v1`` only: these routes check the same key themse
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from backends.learn.asgi import BODY_SCOPE_KEY, MAX_BODY_BYTES, LearningMiddleware, read_body, replay
+from backends.learn.asgi import MAX_BODY_BYTES, LearningMiddleware, read_body, replay
 from backends.learn.host import learned_view, learner_from_env, learner_stats
 from backends.kvcache.intake import RequestIntake
-from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, LEARNED_ROUTE, MAX_NAME_LEN,
-                                  STATS_ROUTE, STEPS_ROUTE, HintError, StepsUpdate, extract_hint, read_steps_update)
+from backends.pause_watch import offers_tools, parsed_body, rebodied, session_key, watch_replies
+from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, LEARNED_ROUTE, STATS_ROUTE,
+                                  STEPS_ROUTE, HintError, StepsUpdate, extract_hint, read_steps_update)
 
 from . import PLUGIN_NAME, UTILITY
 from .state import HINT_KEY, PREFIX_TOKENS_KEY, SESSION_KEY, read_hint, read_session
 
-__all__ = ["KVFlowEndpoints", "rewrite_body", "session_key", "pause_session", "ToolCallWatch", "PROTOCOL_VERSION",
-           "HINT_ROUTES", "SESSION_FIELDS"]
+__all__ = ["KVFlowEndpoints", "rewrite_body", "pause_session", "PROTOCOL_VERSION", "HINT_ROUTES"]
 
 logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 HINT_ROUTES = ("/v1/chat/completions", "/v1/completions")
-SESSION_FIELDS = ("prompt_cache_key", "user")  # OpenAI's session fields, the first given wins
-MAX_WATCHED_BYTES = 16 * 2**20  # a longer JSON reply is not parsed for tool calls
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -67,21 +64,6 @@ def _template_ids(tokenizer: Any, messages: list[Any]) -> list[int]:
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]
     return list(out)
-
-
-def session_key(body: dict[str, Any]) -> str | None:
-    """The request's explicit session key: ``prompt_cache_key``, else ``user`` (``None``: neither).
-    Raises :class:`HintError` naming a field that is not a non-empty name of at most
-    ``MAX_NAME_LEN`` characters (the embedded server's limit)."""
-    found = None
-    for name in SESSION_FIELDS:
-        value = body.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_LEN:
-            raise HintError(f"{name} must be a non-empty string of at most {MAX_NAME_LEN} characters")
-        found = found or value
-    return found
 
 
 def rewrite_body(body: dict[str, Any], route: str, tokenizer: Any | None) -> dict[str, Any] | None:
@@ -118,53 +100,11 @@ def pause_session(body: dict[str, Any], route: str) -> tuple[str, str] | None:
     """The session a rewritten chat request pauses if its reply calls tools (read as the scheduler
     reads it: :func:`~.state.read_hint`, :func:`~.state.read_session`); ``None``: the request offers
     no tools or has no session."""
-    if not route.endswith("chat/completions") or not body.get("tools"):
+    if not offers_tools(body, route):
         return None
     params = body.get("kv_transfer_params")
     found = read_hint(params)
     return RequestIntake.session_of(found[0] if found else None, read_session(params))
-
-
-class ToolCallWatch:
-    """The names of the tools a chat reply calls, from its JSON body or its server-sent events."""
-
-    def __init__(self, streaming: bool) -> None:
-        self.streaming = streaming
-        self.tools: list[str] = []
-        self._buffer = b""
-        self._too_long = False
-
-    def feed(self, chunk: bytes) -> None:
-        if not self.streaming:
-            self._too_long = self._too_long or len(self._buffer) + len(chunk) > MAX_WATCHED_BYTES
-            if not self._too_long:
-                self._buffer += chunk
-            return
-        self._buffer += chunk
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            line = line.strip()
-            if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
-                self._choices(line[5:], "delta")
-
-    def finish(self) -> list[str]:
-        if not self.streaming and not self._too_long:
-            self._choices(self._buffer, "message")
-        elif self.streaming and self._buffer:
-            self.feed(b"\n")
-        return self.tools
-
-    def _choices(self, raw: bytes, field: str) -> None:
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return
-        for choice in (data.get("choices") or []) if isinstance(data, dict) else []:
-            message = choice.get(field) if isinstance(choice, dict) else None
-            for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
-                name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
-                if isinstance(name, str) and name:
-                    self.tools.append(name)
 
 
 class _HintMiddleware:
@@ -186,44 +126,18 @@ class _HintMiddleware:
         if len(raw) > MAX_BODY_BYTES:
             await _error(413, f"request body over {MAX_BODY_BYTES} bytes")(scope, receive, send)
             return
-        body = scope.get(BODY_SCOPE_KEY)  # parsed already by the learner's middleware
-        try:
-            body = json.loads(raw) if raw and body is None else body
-        except ValueError:
-            body = None  # not JSON: vLLM answers it as usual
+        body = parsed_body(scope, raw)
         try:
             new = rewrite_body(body, scope["path"], self.tokenizer_of()) if isinstance(body, dict) else None
         except HintError as exc:  # a ValueError too: caught before anything broader
             await _error(400, str(exc))(scope, receive, send)
             return
         if new is not None:
-            raw = json.dumps(new).encode()
-            headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
-            scope = {**scope, "headers": headers + [(b"content-length", str(len(raw)).encode())]}
+            scope, raw = rebodied(scope, new)
             session = pause_session(new, scope["path"]) if self.pause is not None else None
             if session is not None:
-                send = self._watching(send, session)
+                send = watch_replies(send, session, self.pause)
         await self.app(scope, replay(raw, receive), send)
-
-    def _watching(self, send: Callable, session: tuple[str, str]) -> Callable:
-        """``send`` that pauses ``session`` before the last bytes of a reply that called tools."""
-        watch: list[ToolCallWatch] = []
-
-        async def watched(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                if message.get("status") == 200:
-                    kind = dict(message.get("headers") or ()).get(b"content-type", b"")
-                    watch.append(ToolCallWatch(streaming=kind.startswith(b"text/event-stream")))
-            elif message["type"] == "http.response.body" and watch:
-                watch[0].feed(message.get("body", b""))
-                if not message.get("more_body", False):
-                    tools = watch.pop().finish()
-                    if tools:
-                        await self.pause(session, tools)
-            await send(message)
-
-        return watched
-
 
 class KVFlowEndpoints:
     """The endpoint plugin vLLM instantiates (allow it with ``VLLM_PLUGINS=kvflow``)."""

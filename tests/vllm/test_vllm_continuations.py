@@ -12,7 +12,8 @@ import pytest
 
 from backends.kvcache.config import CacheConfig
 from backends.kvcache.continuations import DEADLINE_GRACE_S, DEADLINE_SLACK
-from backends.vllm_kvflow.routes import ToolCallWatch, pause_session, rewrite_body, session_key
+from backends.pause_watch import ToolCallWatch, session_key
+from backends.vllm_kvflow.routes import pause_session, rewrite_body
 from backends.vllm_kvflow.state import HINT_KEY, SESSION_KEY, KVFlowState, read_session
 from kvflow_orch.protocol import HintError, KVFlowHint
 from vllm_server import HAVE_VLLM, SKIP_REASON
