@@ -22,7 +22,8 @@ __all__ = ["PluginConfig", "MessageClock", "UNSIZED_POOL", "PrefixKey", "Infligh
            "configure", "reset_state", "COUNTERS"]
 
 # Monotonic counters reported by GET /kvflow/v1/stats: the intake's, then the plugin's own.
-PLUGIN_COUNTERS = ("prefetch_issued", "prefetched_tokens", "prefetch_rejected", "admission_skips")
+PLUGIN_COUNTERS = ("prefetch_issued", "prefetched_tokens", "prefetch_rejected", "admission_skips",
+                   "continuations_admitted_first")
 COUNTERS = INTAKE_COUNTERS + PLUGIN_COUNTERS
 
 

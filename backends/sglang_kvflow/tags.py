@@ -36,7 +36,7 @@ from .state import PrefixKey, get_state
 
 __all__ = ["TAGS_ATTR", "LOADING_ATTR", "node_tags", "on_request_queued", "tag_after_checkpoint",
            "split_keeps_tags", "split_stamp_before", "tag_path", "untag_path", "prefix_radix_key", "uses_python_core",
-           "pause_session", "retag"]
+           "pause_session", "retag", "session_decision"]
 
 TAGS_ATTR = "kvflow_tags"        # set[AgentRef] on UnifiedTreeNode (it has no __slots__)
 LOADING_ATTR = "kvflow_loading"  # anchor id of the prefetch loading this node
@@ -77,6 +77,11 @@ def on_request_queued(scheduler: Any, req: Any, is_retracted: bool = False, *_: 
         setattr(req, _REQ_ATTR, (decision.agent, decision.fixed_tokens))
     if decision.session is not None:
         setattr(req, _SESSION_ATTR, decision)
+
+
+def session_decision(req: Any) -> Any:
+    """The intake's decision for a queued request of a session (``None``: none, or concluded)."""
+    return getattr(req, _SESSION_ATTR, None) or None
 
 
 def uses_python_core(cache: Any) -> bool:

@@ -167,3 +167,36 @@ def test_the_middleware_passes_the_session_on_and_pauses_it_when_the_reply_calls
         with_session({"prompt_cache_key": ""}, 1.0)
     assert json.loads(json.dumps(with_session({"user": "u"}, 2.0)[0])) == {
         "user": "u", "custom_params": {"kvflow_session": {"key": "u", "sent_at": 2.0}}}
+
+
+def test_a_resident_return_goes_ahead_of_the_waiting_queue_with_the_wait_bounded(make_rig):
+    from backends.kvcache.lifecycle import MAX_PASSED
+    from backends.sglang_kvflow.admission import returns_first
+    from backends.sglang_kvflow.tags import session_decision
+
+    rig, state = _rig(make_rig)
+    rig.serve(_queued(rig, CONVERSATION, _session("agent", T0)))
+    _pause(rig, "agent", ["search"], T0)
+    older = [_queued(rig, [400 + 10 * i + t for t in range(5)], None) for i in range(2)]
+    back = _queued(rig, CONVERSATION + [60], _session("agent", T0 + 1))
+    newer = _queued(rig, [500, 501], None)
+    policy = SimpleNamespace(tree_cache=rig.cache)  # what calc_priority runs on
+    queue = [*older, back, newer]
+    returns_first(None, policy, queue)
+    assert queue == [back, *older, newer] and state.counters["continuations_admitted_first"] == 1
+    assert [getattr(r, "kvflow_passed", 0) for r in older] == [1, 1]
+    older[0].kvflow_passed = MAX_PASSED  # passed over enough: arrival order again
+    queue = [*older, back, newer]
+    returns_first(None, policy, queue)
+    assert queue == [*older, back, newer]
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    other = [800 + t for t in range(10)]
+    rig.serve(_queued(rig, other, _session("agent2", T0 + 2)))
+    _pause(rig, "agent2", ["search"], T0 + 2)
+    rig.cache.evict(EvictParams(num_tokens=64))  # its KV is gone after all
+    cold = _queued(rig, other + [1], _session("agent2", T0 + 3))
+    assert session_decision(cold).resumes  # it returns in time, but to nothing resident
+    queue = [newer, cold]
+    returns_first(None, policy, queue)
+    assert queue == [newer, cold]
