@@ -204,3 +204,53 @@ def test_on_vllms_block_pool_an_expired_conversation_goes_to_the_head_of_the_fre
                          ({"session": ["a", "b"], "resume_in_s": -1}, "resume_in_s"), ([], "object")):
         with pytest.raises(ValueError, match=message):
             _pause_payload(bad)
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON)
+def test_vllms_scheduler_keeps_a_paused_conversation_and_admits_its_resident_return_first(tmp_path) -> None:
+    """The real KVFlowScheduler on vLLM's KVCacheManager (the eviction spec's adapter builds it): a
+    session's request ends, the ``pause`` verb keeps it, untagged traffic through the 8-block pool
+    leaves it cached, and its return goes ahead of a request that arrived before it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
+    from eviction_spec import BLOCK, Setup
+    from eviction_vllm import VLLMHost
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    host = VLLMHost(tmp_path).open(Setup(device_tokens=8 * BLOCK, namespace_cap_tokens=None, host_tokens=0))
+    scheduler = host.scheduler
+
+    def finish(*reqs) -> None:
+        out = scheduler.schedule()
+        assert all(r.request_id in out.num_scheduled_tokens for r in reqs)
+        ids = [r.request_id for r in reqs]
+        scheduler.update_from_output(out, ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)}, sampled_token_ids=[[0]] * len(ids),
+            logprobs=None, prompt_logprobs_dict={}, pooler_output=[]))
+        assert not scheduler.requests
+
+    def submit(tokens: list[int], key: str | None = None):
+        req = host._request(tokens, {SESSION_KEY: key} if key else None)
+        scheduler.add_request(req)
+        return req
+
+    conversation = list(range(1, 3 * BLOCK + 1))
+    finish(submit(conversation, "agent"))
+    assert scheduler.kvflow_call("pause", {"session": ["default", "agent"], "tools": ["search"]}) == {
+        "ok": True, "kept": True}
+    for i in range(3):  # 9 untagged blocks through the 8-block pool
+        finish(submit([1000 * (i + 1) + t for t in range(3 * BLOCK)]))
+    stats = scheduler.kvflow_call("stats")
+    assert stats["evicted_device_tokens"] > 0 and stats["continuations_kept"] == 1 and stats["continuations"] == 1
+    assert host.held(conversation, any_tier=False) == len(conversation)  # kept: the untagged went first
+    older = submit([9000 + t for t in range(2 * BLOCK)])
+    back = submit(conversation + [7] * 5, "agent")
+    assert list(scheduler.waiting) == [back, older]  # the resident return is admitted first
+    finish(back, older)
+    stats = scheduler.kvflow_call("stats")
+    assert (stats["continuations_reused"], stats["continuations_admitted_first"], stats["continuations"]) == (1, 1, 0)
+    with pytest.raises(ValueError, match="session"):
+        scheduler.kvflow_call("pause", {"session": None})
