@@ -254,3 +254,15 @@ def test_vllms_scheduler_keeps_a_paused_conversation_and_admits_its_resident_ret
     assert (stats["continuations_reused"], stats["continuations_admitted_first"], stats["continuations"]) == (1, 1, 0)
     with pytest.raises(ValueError, match="session"):
         scheduler.kvflow_call("pause", {"session": None})
+
+
+def test_a_stock_scheduler_ignores_pauses_as_it_ignores_steps() -> None:
+    from types import SimpleNamespace
+
+    from backends.vllm_kvflow.plugin import engine_kvflow_call
+
+    core = SimpleNamespace(scheduler=SimpleNamespace())  # vLLM's own Scheduler: no kvflow_call
+    reply = engine_kvflow_call(core, "pause", {"session": ["default", "s"], "tools": ["t"]})
+    assert reply["ok"] and "not loaded" in reply["ignored"]
+    with pytest.raises(ValueError, match="pause"):
+        engine_kvflow_call(core, "nope")
