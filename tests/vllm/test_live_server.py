@@ -29,8 +29,10 @@ TOOL_DEFAULT_S = 60  # a tool never observed pauses its agent this long: the dea
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("vllm")
     model = export_smollm2(folder)
-    # vLLM takes a named tool_choice only with a tool-call parser; pythonic needs no special tokens
-    flags = ["--device-tokens", str(POOL_TOKENS), "--api-key", "sekret", "--tool-call-parser", "pythonic"]
+    # vLLM takes a named tool_choice only with a tool-call parser loaded (which it loads only with auto
+    # tool choice on); pythonic needs no special tokens in the vocabulary
+    flags = ["--device-tokens", str(POOL_TOKENS), "--api-key", "sekret", "--enable-auto-tool-choice",
+             "--tool-call-parser", "pythonic"]
     with vllm_server(model, folder / "server.log", flags,
                      env={CONFIG_ENV: json.dumps({"tool_default_s": TOOL_DEFAULT_S})}) as u:
         yield u
