@@ -26,6 +26,7 @@ _CORE = "sglang.srt.mem_cache.unified_cache.unified_tree_core.UnifiedTreeCore"
 _TOKENIZER = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
 _HTTP = "sglang.srt.entrypoints.http_server"
 _CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+_POLICY = "sglang.srt.managers.schedule_policy.SchedulePolicy"
 
 _registered = False
 
@@ -54,7 +55,7 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     from sglang.srt.server_args import add_radix_eviction_policy_choices
 
-    from .admission import wrap_adder_class
+    from .admission import returns_first, wrap_adder_class
     from .hints_bridge import install_scheduler_handlers, install_stats_communicator, register_message_types
     from .hints_bridge import mark_chat_boundary, validate_generate_request
     from .hicache_prefetch import after_hicache_events
@@ -76,6 +77,7 @@ def register() -> None:
     reg(f"{_SCHEDULER}.init_request_dispatcher", install_scheduler_handlers, HookType.AFTER)
     reg(f"{_SCHEDULER}._process_hicache_events", after_hicache_events, HookType.AFTER)
     reg(f"{_SCHEDULER}.get_prefill_adder_class", wrap_adder_class, HookType.AFTER)
+    reg(f"{_POLICY}.calc_priority", returns_first, HookType.AFTER)
     reg(f"{_CACHE}.checkpoint_into_tree", tag_after_checkpoint, HookType.AFTER)
     reg(f"{_CORE}._split_node", split_stamp_before, HookType.BEFORE)
     reg(f"{_CORE}._split_node", split_keeps_tags, HookType.AFTER)

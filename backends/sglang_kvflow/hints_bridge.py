@@ -12,12 +12,16 @@ scalars or flat dicts of scalars, and with msgpack IPC (``SGLANG_USE_PICKLE_IPC=
 decoder rejects anything deeper, so the HTTP side rewrites the documented nested hint
 (``custom_params.kvflow.steps`` is two levels down) into :data:`SCHEDULER_KEYS`:
 
-* ``kvflow_hint``: ``{"workflow_id", "namespace", "agent", "sent_at"}``; ``sent_at`` is the HTTP
-  side's wall clock, the time every TP rank expires hints by (:class:`~.state.MessageClock`);
+* ``kvflow_hint``: ``{"workflow_id", "namespace", "agent", "sent_at", "resume_in_s"}``; ``sent_at``
+  is the HTTP side's wall clock, the time every TP rank expires hints (and continuations) by
+  (:class:`~.state.MessageClock`); ``resume_in_s`` is the hint's announced pause (``None``: none);
 * ``kvflow_steps``: the steps in wire form (numbers, ``None`` for never);
 * ``kvflow_fixed_tokens``: the fixed-prefix boundary in tokens, computed from the hint's
   ``fixed_prefix`` (characters of a text prompt, or leading chat messages rendered with the chat
-  template). Without it the scheduler's intake infers one (backends/kvcache/intake.py).
+  template). Without it the scheduler's intake infers one (backends/kvcache/intake.py);
+* ``kvflow_session``: ``{"key", "sent_at"}``, the request's explicit session key (OpenAI's
+  ``prompt_cache_key``, else ``user``), put there by the routes' middleware (:mod:`.routes`), which
+  also sends a :class:`KVFlowPauseReq` when a chat reply calls tools (continuations).
 
 Messages are msgspec structs registered with ``hook_custom_types`` in every process, and reach the
 scheduler through its request socket, so rank 0 broadcasts them to all TP ranks in the same
@@ -34,13 +38,14 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional
 from sglang.srt.managers.io_struct import BaseReq, hook_custom_types
 
 from backends.kvcache.segment import common_prefix_len
-from kvflow_orch.protocol import HintError, KVFlowHint, StepsUpdate, extract_hint, steps_as_json
+from kvflow_orch.protocol import MAX_NAME_LEN, HintError, KVFlowHint, StepsUpdate, extract_hint, steps_as_json
 
 from .state import get_state
 
 __all__ = [
-    "FIXED_TOKENS_KEY", "HINT_KEY", "STEPS_KEY", "SCHEDULER_KEYS", "SchedulerHint", "flatten_for_scheduler",
-    "KVFlowStepsReq", "KVFlowStatsReq", "KVFlowStatsReqOutput",
+    "FIXED_TOKENS_KEY", "HINT_KEY", "STEPS_KEY", "SESSION_KEY", "SCHEDULER_KEYS", "SchedulerHint",
+    "flatten_for_scheduler", "KVFlowStepsReq", "KVFlowStatsReq", "KVFlowStatsReqOutput", "KVFlowPauseReq",
+    "read_request_session",
     "read_request_hint", "parse_custom_params", "register_message_types",
     "validate_generate_request", "install_scheduler_handlers", "install_stats_communicator",
     "fixed_tokens_for_text", "fixed_tokens_for_messages", "mark_chat_boundary",
@@ -51,7 +56,8 @@ logger = logging.getLogger(__name__)
 FIXED_TOKENS_KEY = "kvflow_fixed_tokens"
 HINT_KEY = "kvflow_hint"
 STEPS_KEY = "kvflow_steps"
-SCHEDULER_KEYS = (HINT_KEY, STEPS_KEY, FIXED_TOKENS_KEY)
+SESSION_KEY = "kvflow_session"
+SCHEDULER_KEYS = (HINT_KEY, STEPS_KEY, FIXED_TOKENS_KEY, SESSION_KEY)
 
 
 class KVFlowStepsReq(BaseReq, kw_only=True):
@@ -67,6 +73,16 @@ class KVFlowStepsReq(BaseReq, kw_only=True):
     sent_at: Optional[float] = None  # the HTTP side's clock (see MessageClock)
 
 
+class KVFlowPauseReq(BaseReq, kw_only=True):
+    """A chat reply of session ``(namespace, key)`` called ``tools``: keep its conversation (the
+    brain's :meth:`~backends.kvcache.intake.RequestIntake.pause`)."""
+
+    namespace: str
+    key: str
+    tools: list[str]
+    sent_at: Optional[float] = None  # the HTTP side's clock (see MessageClock)
+
+
 class KVFlowStatsReq(BaseReq, kw_only=True):
     """Ask every scheduler (one per DP rank) for its KVFlow counters."""
 
@@ -77,7 +93,7 @@ class KVFlowStatsReqOutput(BaseReq, kw_only=True):
 
 def register_message_types() -> None:
     """Extend SGLang's msgpack decoder; needed in every process that receives these messages."""
-    hook_custom_types(KVFlowStepsReq, KVFlowStatsReq, KVFlowStatsReqOutput)
+    hook_custom_types(KVFlowStepsReq, KVFlowStatsReq, KVFlowStatsReqOutput, KVFlowPauseReq)
 
 
 def parse_custom_params(custom_params: Any) -> tuple[KVFlowHint, int | None] | None:
@@ -105,7 +121,7 @@ def flatten_for_scheduler(custom_params: Mapping[str, Any], hint: KVFlowHint, fi
     keys are kept as they are)."""
     out = {k: v for k, v in custom_params.items() if k not in ("kvflow", FIXED_TOKENS_KEY)}
     out[HINT_KEY] = {"workflow_id": hint.workflow_id, "namespace": hint.namespace, "agent": hint.agent,
-                     "sent_at": sent_at}
+                     "sent_at": sent_at, "resume_in_s": hint.resume_in_s}
     out[STEPS_KEY] = steps_as_json(hint.steps)
     if fixed_tokens is not None:
         out[FIXED_TOKENS_KEY] = fixed_tokens
@@ -130,7 +146,8 @@ def read_request_hint(custom_params: Any) -> SchedulerHint | None:
         return None
     try:
         hint = KVFlowHint(workflow_id=head.get("workflow_id"), namespace=head.get("namespace"),
-                          agent=head.get("agent"), steps=steps if steps is not None else {})
+                          agent=head.get("agent"), steps=steps if steps is not None else {},
+                          resume_in_s=head.get("resume_in_s"))
     except ValueError:  # pydantic's ValidationError and HintError are both ValueErrors
         return None
     explicit = custom_params.get(FIXED_TOKENS_KEY)
@@ -140,6 +157,17 @@ def read_request_hint(custom_params: Any) -> SchedulerHint | None:
     if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
         sent_at = None
     return SchedulerHint(hint, explicit, sent_at)
+
+
+def read_request_session(custom_params: Any) -> tuple[str, float | None] | None:
+    """Scheduler-side reader of :data:`SESSION_KEY`: ``(key, sent_at)``; ``None`` without one (or a
+    malformed one, from a client that bypassed the HTTP side)."""
+    session = custom_params.get(SESSION_KEY) if isinstance(custom_params, Mapping) else None
+    key = session.get("key") if isinstance(session, Mapping) else None
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_NAME_LEN:
+        return None
+    sent_at = session.get("sent_at")
+    return key, (None if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)) else float(sent_at))
 
 
 def fixed_tokens_for_text(tokenizer: Any, text: str, fixed_chars: int) -> int:
@@ -222,6 +250,15 @@ def handle_steps(scheduler: Any, msg: KVFlowStepsReq) -> None:
     return None  # no reply: the HTTP route answered after validating
 
 
+def handle_pause(scheduler: Any, msg: KVFlowPauseReq) -> None:
+    from .tags import pause_session
+
+    state = get_state()
+    state.clock.advance(msg.sent_at)
+    pause_session(getattr(scheduler, "tree_cache", None), (msg.namespace, msg.key), list(msg.tools))
+    return None  # no reply: the reply that called the tools goes on to the client
+
+
 def handle_stats(scheduler: Any, msg: KVFlowStatsReq) -> KVFlowStatsReqOutput:
     from .stats import scheduler_stats
 
@@ -240,6 +277,7 @@ def install_scheduler_handlers(result: Any, scheduler: Any, *_: Any, **__: Any) 
     scheduler._request_dispatcher += TypeBasedDispatcher([
         (KVFlowStepsReq, partial(handle_steps, scheduler)),
         (KVFlowStatsReq, partial(handle_stats, scheduler)),
+        (KVFlowPauseReq, partial(handle_pause, scheduler)),
     ])
     return None
 

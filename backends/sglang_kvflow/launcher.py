@@ -32,9 +32,10 @@ TREE_CORES = ("python", "rust")
 
 
 def build_command(model: str, extra_argv: Sequence[str] = (), *, tree_core: str | None = None,
-                  python: str = sys.executable, **options: Any) -> LaunchPlan:
+                  python: str = sys.executable, continuations: bool = True, **options: Any) -> LaunchPlan:
     """Build the ``python -m sglang.launch_server`` command; ``options`` are
-    :class:`~backends.launch.ServeOptions` fields. Raises ValueError on a combination SGLang cannot
+    :class:`~backends.launch.ServeOptions` fields; ``continuations``: keep conversations across tool
+    pauses (the policy option of that name). Raises ValueError on a combination SGLang cannot
     express (or refuses at start-up)."""
     policy, host, port, api_key, device_tokens, host_tokens, prefetch = ServeOptions(**options)
     if policy not in (POLICY_NAME, "lru"):
@@ -63,8 +64,9 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, tree_core: str 
         if host_tokens != 0:  # 0 means no host tier: eviction order still applies, nothing to prefetch
             argv += ["--enable-hierarchical-cache", "--hicache-write-policy", "write_through"]
         argv += ["--radix-eviction-policy", POLICY_NAME]
-        if not prefetch:
-            argv += ["--radix-eviction-policy-config", json.dumps({"prefetch": False})]
+        config = {**({} if prefetch else {"prefetch": False}), **({} if continuations else {"continuations": False})}
+        if config:
+            argv += ["--radix-eviction-policy-config", json.dumps(config)]
         env[TREE_CORE_ENV] = "python"
     else:
         argv += ["--radix-eviction-policy", "lru"]
@@ -80,7 +82,8 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, tree_core: str 
 def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> LaunchPlan:
     """From ``kvflow serve``'s parsed arguments (attributes it may lack take their defaults)."""
     plan = build_command(args.model, extra_argv, **serve_options(args, POLICY_NAME),
-                         tree_core=getattr(args, "tree_core", None))
+                         tree_core=getattr(args, "tree_core", None),
+                         continuations=bool(getattr(args, "continuations", True)))
     plan.env.update(learned_hints_env(bool(getattr(args, "learned_hints", False))))  # read by the plugin's routes
     return plan
 
@@ -103,6 +106,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     parser.add_argument("--device-tokens", type=int)
     parser.add_argument("--host-tokens", type=int)
     parser.add_argument("--no-prefetch", action="store_true")
+    parser.add_argument("--continuations", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--api-key")

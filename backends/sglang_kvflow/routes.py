@@ -13,6 +13,12 @@ learned one as ``custom_params.kvflow``, which then takes the declared hints' pa
 (:func:`~.hints_bridge.validate_generate_request`, the scheduler's intake); a learned session that
 ends reaches the scheduler as a ``done`` steps update.
 
+Continuations (issue 24; the rule is the brain's): :class:`SessionMiddleware` passes a chat or
+completion request's explicit session key (``prompt_cache_key``, else ``user``) to the scheduler as
+``custom_params.kvflow_session`` (stamped with the HTTP side's clock, which every TP rank expires
+continuations by), and when a chat reply of a session (that key, or the hint's agent) calls tools,
+sends a :class:`~.hints_bridge.KVFlowPauseReq` before the reply's last bytes reach the client.
+
 SGLang's own middleware (``--api-key``) covers these routes like every other.
 """
 
@@ -25,16 +31,20 @@ from typing import Any, Mapping
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from backends.kvcache.intake import RequestIntake
 from backends.learn import TrafficLearner
-from backends.learn.asgi import LearningMiddleware
+from backends.learn.asgi import MAX_BODY_BYTES, LearningMiddleware, read_body, replay
 from backends.learn.host import learned_view, learner_from_env, learner_stats
+from backends.pause_watch import offers_tools, parsed_body, rebodied, session_key, watch_replies
 from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, LEARNED_ROUTE, STATS_ROUTE, STEPS_ROUTE, HintError,
-                                  StepsUpdate, read_steps_update, steps_as_json)
+                                  StepsUpdate, extract_hint, read_steps_update, steps_as_json)
 
-from .hints_bridge import KVFlowStatsReq, KVFlowStepsReq
+from .hints_bridge import SESSION_KEY, KVFlowPauseReq, KVFlowStatsReq, KVFlowStepsReq
 from .stats import merge_stats
 
-__all__ = ["install_routes", "info_payload"]
+__all__ = ["install_routes", "info_payload", "SessionMiddleware", "with_session", "SESSION_ROUTES"]
+
+SESSION_ROUTES = ("/v1/chat/completions", "/v1/completions")
 
 PROTOCOL_VERSION = 1
 _learner: TrafficLearner | None = None  # the app's (install_routes sets it; one app per process)
@@ -76,6 +86,60 @@ async def _dispatch(update: StepsUpdate) -> bool:
         sent_at=time.time(),
     ))
     return True
+
+
+async def _pause(session: tuple[str, str], tools: list[str]) -> None:
+    """A reply of ``session`` called ``tools``: the scheduler keeps its conversation."""
+    manager = _tokenizer_manager()
+    if manager is not None:
+        await manager._async_dispatch_to_scheduler(KVFlowPauseReq(namespace=session[0], key=session[1],
+                                                                  tools=tools, sent_at=time.time()))
+
+
+def with_session(body: dict[str, Any], sent_at: float) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
+    """``(body with custom_params.kvflow_session, the session)`` for a request with an explicit
+    session key; ``(None, session)`` when only its hint gives one (nothing to rewrite); ``(None,
+    None)`` without either. Raises :class:`HintError` naming a bad session field."""
+    key = session_key(body)
+    try:
+        hint = extract_hint(body, location=CUSTOM_PARAMS)
+    except HintError:
+        hint = None  # SGLang's own validation answers it (validate_generate_request: a 400)
+    session = RequestIntake.session_of(hint, key)
+    custom = body.get("custom_params")
+    if key is None or (custom is not None and not isinstance(custom, dict)):
+        return None, session
+    return {**body, "custom_params": {**(custom or {}), SESSION_KEY: {"key": key, "sent_at": sent_at}}}, session
+
+
+class SessionMiddleware:
+    """Pure ASGI on :data:`SESSION_ROUTES` (see the module docstring)."""
+
+    def __init__(self, app: Any, pause: Any = _pause) -> None:
+        self.app = app
+        self.pause = pause
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in SESSION_ROUTES:
+            await self.app(scope, receive, send)
+            return
+        raw = await read_body(receive)
+        if raw is None:
+            return
+        body = parsed_body(scope, raw) if len(raw) <= MAX_BODY_BYTES else None
+        if not isinstance(body, dict):
+            await self.app(scope, replay(raw, receive), send)
+            return
+        try:
+            new, session = with_session(body, time.time())
+        except HintError as exc:
+            await _error(400, str(exc))(scope, receive, send)
+            return
+        if new is not None:
+            scope, raw = rebodied(scope, new)
+        if session is not None and offers_tools(body, scope["path"]):
+            send = watch_replies(send, session, self.pause)
+        await self.app(scope, replay(raw, receive), send)
 
 
 def info_payload(server_args: Any) -> dict[str, Any]:
@@ -141,6 +205,7 @@ def install_routes(app: Any, environ: Mapping[str, str] | None = None) -> None:
     existing = {getattr(route, "path", None) for route in app.routes}
     if LEARNED_ROUTE not in existing:
         app.add_api_route(LEARNED_ROUTE, get_learned, methods=["GET"])
+        app.add_middleware(SessionMiddleware)  # before the learner's: inside it, so it sees learned hints
         _learner = learner_from_env(environ)
         if _learner is not None:
             app.add_middleware(LearningMiddleware, learner=_learner, done=_dispatch, locations=(CUSTOM_PARAMS,))

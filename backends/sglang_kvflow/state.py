@@ -22,7 +22,8 @@ __all__ = ["PluginConfig", "MessageClock", "UNSIZED_POOL", "PrefixKey", "Infligh
            "configure", "reset_state", "COUNTERS"]
 
 # Monotonic counters reported by GET /kvflow/v1/stats: the intake's, then the plugin's own.
-PLUGIN_COUNTERS = ("prefetch_issued", "prefetched_tokens", "prefetch_rejected", "admission_skips")
+PLUGIN_COUNTERS = ("prefetch_issued", "prefetched_tokens", "prefetch_rejected", "admission_skips",
+                   "continuations_admitted_first")
 COUNTERS = INTAKE_COUNTERS + PLUGIN_COUNTERS
 
 
@@ -30,7 +31,8 @@ COUNTERS = INTAKE_COUNTERS + PLUGIN_COUNTERS
 # (KVFlowState.use_device_pool); until then the nested config carries this placeholder.
 UNSIZED_POOL = 1
 # Options that are brain knobs: they go to the nested CacheConfig under the same names.
-CACHE_OPTIONS = ("prefetch", "prefetch_lookahead", "max_inflight_loads", "hint_ttl_s", "namespace_cap_tokens")
+CACHE_OPTIONS = ("prefetch", "prefetch_lookahead", "max_inflight_loads", "hint_ttl_s", "namespace_cap_tokens",
+                 "continuations", "tool_default_s", "step_default_s", "continuation_max_s")
 PLUGIN_OPTIONS = ("reserved_load_slots",)  # the plugin's own
 
 
@@ -46,9 +48,10 @@ class PluginConfig:
     process (and every TP rank) builds the same configuration from the server arguments.
 
     * ``cache``: the brain's :class:`~backends.kvcache.CacheConfig` (validated there). The options
-      ``prefetch``, ``prefetch_lookahead``, ``max_inflight_loads``, ``hint_ttl_s`` and
-      ``namespace_cap_tokens`` set its fields of the same names; ``device_tokens`` is
-      :data:`UNSIZED_POOL` until the scheduler knows its pool (:meth:`sized`), so the default
+      :data:`CACHE_OPTIONS` (``prefetch``, ``prefetch_lookahead``, ``max_inflight_loads``,
+      ``hint_ttl_s``, ``namespace_cap_tokens``, and the continuations' ``continuations``,
+      ``tool_default_s``, ``step_default_s``, ``continuation_max_s``) set its fields of the same names;
+      ``device_tokens`` is :data:`UNSIZED_POOL` until the scheduler knows its pool (:meth:`sized`), so the default
       namespace cap (half the device pool) applies from then on.
     * ``reserved_load_slots``: load slots (SGLang has 3 layer-done counters) left for demand loads.
     """
@@ -125,6 +128,8 @@ class KVFlowState:
         # No pool to take half of yet: only a configured cap applies until use_device_pool.
         self.intake.hints.set_cap(self.config.cache.namespace_cap_tokens)
         self.inflight: dict[int, Inflight] = {}
+        # continuation tag changes decided without a tree at hand (.tags.retag applies them next)
+        self.pending_retags: list[tuple[list[Any], Any]] = []
         self.counters: Counter[str] = self.intake.counters  # one table: the intake's names, then ours
         self.counters.update({name: 0 for name in PLUGIN_COUNTERS})
 

@@ -39,6 +39,7 @@ from backends import process_group
 from backends.launch import LaunchPlan, ServeOptions, run_plan, serve_options
 from backends.learn.host import learned_hints_env
 from . import CONFIG_ENV, PLUGIN_NAME, POLICY_NAME, SCHEDULER_CLS
+from .state import options_from_env
 
 __all__ = ["LaunchPlan", "build_command", "plan_from_args", "main", "block_size_of", "kv_bytes_per_token",
            "CPU_BLOCK_SIZE", "DEFAULT_CPU_KV_BYTES", "is_cpu_build", "running"]
@@ -159,10 +160,12 @@ def _cpu_kv_bytes(model: str, extra_argv: Sequence[str], pool_tokens: int | None
 
 
 def build_command(model: str, extra_argv: Sequence[str] = (), *, python: str = sys.executable,
-                  cpu: bool | None = None, **options: Any) -> LaunchPlan:
+                  cpu: bool | None = None, continuations: bool = True, **options: Any) -> LaunchPlan:
     """Build the ``vllm serve`` command; ``options`` are :class:`~backends.launch.ServeOptions`
     fields; ``cpu``: size the memory vLLM reserves for its CPU build (default: whether this Python's
-    vLLM is one). Raises ValueError on a combination vLLM cannot express."""
+    vLLM is one); ``continuations``: keep conversations across tool pauses (the scheduler's
+    option of that name). Options in ``KVFLOW_VLLM_CONFIG`` reach the scheduler under the flags'.
+    Raises ValueError on a combination vLLM cannot express."""
     policy, host, port, api_key, device_tokens, host_tokens, prefetch = ServeOptions(**options)
     if policy not in (POLICY_NAME, "lru"):
         raise ValueError(f"policy must be 'kvflow' or 'lru' with --engine vllm, got {policy!r}")
@@ -210,9 +213,12 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, python: str = s
                 "eviction_policy": OFFLOAD_POLICY, "cache_policy_module_path": OFFLOAD_MODULE}})]
     if policy == POLICY_NAME:
         argv += ["--scheduler-cls", SCHEDULER_CLS]
-        options: dict[str, object] = {"prefetch": prefetch}
+        # the scheduler's own options (KVFLOW_VLLM_CONFIG in the environment), then what the flags set
+        options: dict[str, object] = {**options_from_env(), "prefetch": prefetch}
         if host_tokens:
             options["host_tokens"] = host_tokens
+        if not continuations:
+            options["continuations"] = False
         env[CONFIG_ENV] = json.dumps(options)
     if api_key:
         argv += ["--api-key", api_key]
@@ -222,7 +228,8 @@ def build_command(model: str, extra_argv: Sequence[str] = (), *, python: str = s
 
 def plan_from_args(args: argparse.Namespace, extra_argv: Sequence[str]) -> LaunchPlan:
     """From ``kvflow serve``'s parsed arguments (attributes it may lack take their defaults)."""
-    plan = build_command(args.model, extra_argv, **serve_options(args, POLICY_NAME))
+    plan = build_command(args.model, extra_argv, continuations=bool(getattr(args, "continuations", True)),
+                         **serve_options(args, POLICY_NAME))
     plan.env.update(learned_hints_env(bool(getattr(args, "learned_hints", False))))  # read by the plugin's routes
     return plan
 

@@ -17,15 +17,16 @@ __all__ = ["register", "engine_kvflow_call"]
 
 def engine_kvflow_call(self: Any, verb: str, payload: Any = None) -> dict[str, Any]:
     """``EngineCore.kvflow_call``: hand the verb to the scheduler when it is kvflow's; a stock
-    scheduler (``--policy lru``) takes steps and ignores them, so one client drives both."""
+    scheduler (``--policy lru``) takes steps and pauses and ignores them, so one client (and the
+    routes) drive both."""
     handler = getattr(self.scheduler, UTILITY, None)
     if handler is not None:
         return handler(verb, payload)
     if verb in ("info", "stats"):
         return {"policy": "lru"}
-    if verb == "steps":
+    if verb in ("steps", "pause"):
         return {"ok": True, "ignored": f"the {POLICY_NAME} scheduler is not loaded (stock vLLM, policy lru)"}
-    raise ValueError(f"unknown kvflow verb {verb!r}; known: steps, stats, info")
+    raise ValueError(f"unknown kvflow verb {verb!r}; known: steps, pause, stats, info")
 
 
 def register() -> None:

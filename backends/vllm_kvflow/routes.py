@@ -12,6 +12,13 @@ field), moves ``custom_params.kvflow`` to ``kv_transfer_params.kvflow``, and tur
 ``fixed_prefix`` (leading messages, or characters of a text prompt) into tokens with the served
 model's tokenizer and chat template, so the scheduler tags exactly the fixed prompt.
 
+Continuations (issue 24; the rule is the brain's, :mod:`backends.kvcache.continuations`): the same
+middleware passes a request's explicit session key (``prompt_cache_key``, else ``user``) to the
+scheduler as ``kv_transfer_params.kvflow_session``, and watches the reply of a chat request that
+offers tools and has a session (that key, or its hint's agent): when the reply calls tools (its JSON
+body, or the deltas of its stream), the ``pause`` verb reaches the scheduler before the reply's last
+bytes reach the client, so the conversation is kept before the agent can return.
+
 Learned hints (``KVFLOW_LEARNED_HINTS=on``, which ``kvflow serve --engine vllm --learned-hints``
 sets): :class:`backends.learn.asgi.LearningMiddleware` runs before the hint middleware, so a
 request without a hint reaches it carrying the learned one and takes the declared hints' path; the
@@ -24,21 +31,25 @@ vLLM's ``--api-key`` guards ``/v1`` only: these routes check the same key themse
 from __future__ import annotations
 
 import hmac
-import json
+import logging
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from backends.learn.asgi import BODY_SCOPE_KEY, MAX_BODY_BYTES, LearningMiddleware, read_body, replay
+from backends.learn.asgi import MAX_BODY_BYTES, LearningMiddleware, read_body, replay
 from backends.learn.host import learned_view, learner_from_env, learner_stats
+from backends.kvcache.intake import RequestIntake
+from backends.pause_watch import offers_tools, parsed_body, rebodied, session_key, watch_replies
 from kvflow_orch.protocol import (CUSTOM_PARAMS, INFO_ROUTE, KV_TRANSFER_PARAMS, LEARNED_ROUTE, STATS_ROUTE,
                                   STEPS_ROUTE, HintError, StepsUpdate, extract_hint, read_steps_update)
 
 from . import PLUGIN_NAME, UTILITY
-from .state import HINT_KEY, PREFIX_TOKENS_KEY
+from .state import HINT_KEY, PREFIX_TOKENS_KEY, SESSION_KEY, read_hint, read_session
 
-__all__ = ["KVFlowEndpoints", "rewrite_body", "PROTOCOL_VERSION", "HINT_ROUTES"]
+__all__ = ["KVFlowEndpoints", "rewrite_body", "pause_session", "PROTOCOL_VERSION", "HINT_ROUTES"]
+
+logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 HINT_ROUTES = ("/v1/chat/completions", "/v1/completions")
@@ -56,15 +67,20 @@ def _template_ids(tokenizer: Any, messages: list[Any]) -> list[int]:
 
 
 def rewrite_body(body: dict[str, Any], route: str, tokenizer: Any | None) -> dict[str, Any] | None:
-    """The body with its hint where the scheduler reads it; ``None`` when it carries no hint.
-    Raises :class:`HintError` naming the problem."""
+    """The body with its hint and session key where the scheduler reads them; ``None`` when it
+    carries neither. Raises :class:`HintError` naming the problem."""
     params = body.get("kv_transfer_params")
     if params is not None and not isinstance(params, dict):
         raise HintError("kv_transfer_params must be an object")
     hint = extract_hint(body, location=CUSTOM_PARAMS) or extract_hint(body, location=KV_TRANSFER_PARAMS)
-    if hint is None:
+    key = session_key(body)
+    if hint is None and key is None:
         return None
     params = dict(params or {})
+    if key is not None:
+        params[SESSION_KEY] = key
+    if hint is None:
+        return {**body, "kv_transfer_params": params}
     params[HINT_KEY] = hint.model_dump(mode="json")
     if hint.fixed_prefix is not None and tokenizer is not None and PREFIX_TOKENS_KEY not in params:
         if route.endswith("chat/completions") and isinstance(body.get("messages"), list):
@@ -80,12 +96,25 @@ def rewrite_body(body: dict[str, Any], route: str, tokenizer: Any | None) -> dic
     return out
 
 
+def pause_session(body: dict[str, Any], route: str) -> tuple[str, str] | None:
+    """The session a rewritten chat request pauses if its reply calls tools (read as the scheduler
+    reads it: :func:`~.state.read_hint`, :func:`~.state.read_session`); ``None``: the request offers
+    no tools or has no session."""
+    if not offers_tools(body, route):
+        return None
+    params = body.get("kv_transfer_params")
+    found = read_hint(params)
+    return RequestIntake.session_of(found[0] if found else None, read_session(params))
+
+
 class _HintMiddleware:
     """Pure ASGI: rewrites hinted chat/completions bodies (see :func:`rewrite_body`)."""
 
-    def __init__(self, app: Any, tokenizer_of: Callable[[], Any]) -> None:
+    def __init__(self, app: Any, tokenizer_of: Callable[[], Any],
+                 pause: Callable[[tuple[str, str], list[str]], Any] | None = None) -> None:
         self.app = app
         self.tokenizer_of = tokenizer_of
+        self.pause = pause
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in HINT_ROUTES:
@@ -97,22 +126,18 @@ class _HintMiddleware:
         if len(raw) > MAX_BODY_BYTES:
             await _error(413, f"request body over {MAX_BODY_BYTES} bytes")(scope, receive, send)
             return
-        body = scope.get(BODY_SCOPE_KEY)  # parsed already by the learner's middleware
-        try:
-            body = json.loads(raw) if raw and body is None else body
-        except ValueError:
-            body = None  # not JSON: vLLM answers it as usual
+        body = parsed_body(scope, raw)
         try:
             new = rewrite_body(body, scope["path"], self.tokenizer_of()) if isinstance(body, dict) else None
         except HintError as exc:  # a ValueError too: caught before anything broader
             await _error(400, str(exc))(scope, receive, send)
             return
         if new is not None:
-            raw = json.dumps(new).encode()
-            headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
-            scope = {**scope, "headers": headers + [(b"content-length", str(len(raw)).encode())]}
+            scope, raw = rebodied(scope, new)
+            session = pause_session(new, scope["path"]) if self.pause is not None else None
+            if session is not None:
+                send = watch_replies(send, session, self.pause)
         await self.app(scope, replay(raw, receive), send)
-
 
 class KVFlowEndpoints:
     """The endpoint plugin vLLM instantiates (allow it with ``VLLM_PLUGINS=kvflow``)."""
@@ -132,7 +157,7 @@ class KVFlowEndpoints:
         app.add_api_route(INFO_ROUTE, self.get_info, methods=["GET"])
         app.add_api_route(STATS_ROUTE, self.get_stats, methods=["GET"])
         app.add_api_route(LEARNED_ROUTE, self.get_learned, methods=["GET"])
-        app.add_middleware(_HintMiddleware, tokenizer_of=lambda: self.tokenizer)
+        app.add_middleware(_HintMiddleware, tokenizer_of=lambda: self.tokenizer, pause=self._pause)
         if self.learner is not None:  # added last: the outermost, so the hint middleware sees learned hints
             app.add_middleware(LearningMiddleware, learner=self.learner, done=self._workflow_done,
                                locations=(CUSTOM_PARAMS, KV_TRANSFER_PARAMS))
@@ -161,6 +186,15 @@ class KVFlowEndpoints:
         if every_engine and hasattr(core, "call_utility_all_async"):
             return (await core.call_utility_all_async(UTILITY, verb, payload))[0]
         return await core.call_utility_async(UTILITY, verb, payload)
+
+    async def _pause(self, session: tuple[str, str], tools: list[str]) -> None:
+        """A reply called ``tools``: the scheduler keeps the session's conversation (the brain's
+        rule); a failure is logged, never the client's: its reply stands."""
+        if self.engine is not None:
+            try:
+                await self._call("pause", {"session": list(session), "tools": tools}, every_engine=True)
+            except Exception:
+                logger.warning("kvflow: the pause of a session did not reach the scheduler", exc_info=True)
 
     async def _workflow_done(self, update: StepsUpdate) -> None:
         """A learned session ended: its workflow's steps leave every scheduler's table."""

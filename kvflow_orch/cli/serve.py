@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--continuations", action=argparse.BooleanOptionalAction, default=True,
                         help="keep a conversation across its agent's tool pause (a reply ending in tool calls, a "
                              "hint's resume_in_s) until a deadline learned per tool; the session is the hint's "
-                             "agent or the request's user / prompt_cache_key (default: on; embedded engine only)")
+                             "agent or the request's user / prompt_cache_key (default: on; any engine's kvflow policy)")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default=None,
                         help="weights and KV dtype (default auto: float32 on the CPU, bfloat16 on CUDA); with "
                              "--engine sglang/vllm it is passed to that engine")
@@ -119,9 +119,9 @@ def main(args: argparse.Namespace) -> int:
         print("kvflow serve: --learned-hints with --engine sglang needs --policy kvflow (the plugin that applies "
               "hints is off with any other policy)", file=sys.stderr)
         return 2
-    if engine.external and not args.continuations:
-        print("kvflow serve: --no-continuations sets the embedded engine's brain; the vLLM and SGLang plugins "
-              f"keep no continuations yet, so it means nothing with --engine {args.engine}", file=sys.stderr)
+    if engine.external and not args.continuations and args.policy != "kvflow":
+        print(f"kvflow serve: --no-continuations turns off the kvflow policy's continuations; with --engine "
+              f"{args.engine} --policy {args.policy} the stock engine keeps none", file=sys.stderr)
         return 2
     if engine.external and args.dtype is not None:
         extra += ["--dtype", args.dtype]  # the engine's own flag, same meaning

@@ -106,6 +106,7 @@ def test_prefetch_lookahead_is_refused_for_external_engines(tmp_path, capsys: py
     assert rc == 2 and "radix-eviction-policy-config" in capsys.readouterr().err
 
 
-def test_no_continuations_is_refused_for_external_engines(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = cli.main(["serve", "--engine", "sglang", "--model", str(tmp_path), "--no-continuations"])
-    assert rc == 2 and "--no-continuations sets the embedded engine's brain" in capsys.readouterr().err
+def test_no_continuations_is_refused_for_stock_external_engines(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    # with --policy kvflow it reaches the plugin (tests/vllm/test_vllm_launcher.py, tests/sglang/test_launcher.py)
+    rc = cli.main(["serve", "--engine", "sglang", "--model", str(tmp_path), "--policy", "lru", "--no-continuations"])
+    assert rc == 2 and "the stock engine keeps none" in capsys.readouterr().err

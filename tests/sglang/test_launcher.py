@@ -46,6 +46,15 @@ def test_no_prefetch_api_key_and_no_host_tier():
     assert "--enable-hierarchical-cache" not in plan.argv  # host 0 = no host tier
 
 
+def test_no_continuations_reaches_the_policy_config():
+    plan = build_command("/m", continuations=False)
+    assert json.loads(_after(plan.argv, "--radix-eviction-policy-config")) == {"continuations": False}
+    both = build_command("/m", prefetch=False, continuations=False)
+    assert json.loads(_after(both.argv, "--radix-eviction-policy-config")) == {"prefetch": False,
+                                                                               "continuations": False}
+    assert "--radix-eviction-policy-config" not in build_command("/m").argv
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"model": "smollm2-135m"}, "export-model"),
     ({"model": "/m", "host_tokens": 10}, "--device-tokens"),

@@ -1,6 +1,7 @@
 """``kvflow serve --engine vllm`` on SmolLM2 with a small KV pool (one server for the module):
 hints in ``custom_params.kvflow`` reach the scheduler, the fixed prompt of a hinted agent outlives
-untagged prefixes in vLLM's own prefix cache, greedy output never depends on the cache, and the
+untagged prefixes in vLLM's own prefix cache, a plain agent's conversation outlives other traffic
+across its tool call (continuations), greedy output never depends on the cache, and the
 /kvflow/v1 routes answer (bad input with a 4xx naming the problem)."""
 
 from __future__ import annotations
@@ -14,19 +15,26 @@ import pytest
 
 from vllm_server import HAVE_VLLM, SKIP_REASON, export_smollm2, vllm_server
 
+from backends.vllm_kvflow import CONFIG_ENV
 from kvflow_orch.protocol import KVFlowHint, attach_hint
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_REASON), pytest.mark.timeout(1200)]
 
 BLOCK = 128
 POOL_TOKENS = 15 * BLOCK  # 15 usable blocks (the launcher adds vLLM's null block)
+TOOL_DEFAULT_S = 60  # a tool never observed pauses its agent this long: the deadline outlasts the fillers
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("vllm")
     model = export_smollm2(folder)
-    with vllm_server(model, folder / "server.log", ["--device-tokens", str(POOL_TOKENS), "--api-key", "sekret"]) as u:
+    # vLLM takes a named tool_choice only with a tool-call parser loaded (which it loads only with auto
+    # tool choice on); pythonic needs no special tokens in the vocabulary
+    flags = ["--device-tokens", str(POOL_TOKENS), "--api-key", "sekret", "--enable-auto-tool-choice",
+             "--tool-call-parser", "pythonic"]
+    with vllm_server(model, folder / "server.log", flags,
+                     env={CONFIG_ENV: json.dumps({"tool_default_s": TOOL_DEFAULT_S})}) as u:
         yield u
 
 
@@ -248,3 +256,57 @@ def _runtime_client_hints_in_kv_transfer_params(url: str) -> None:
     assert after["tagged_requests"] == before["tagged_requests"] + 1, after
     assert after["tagged_blocks"] >= before["tagged_blocks"] + 2, after  # its 2+ full blocks of fixed prompt
     assert after["bad_hints"] == before["bad_hints"]
+
+
+LOOKUP = {"type": "function", "function": {
+    "name": "lookup", "description": "Look a fact up in the project's notes.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+
+
+def _post(url: str, body: dict) -> dict:
+    r = httpx.post(url + "/v1/chat/completions", json={"model": _model(url), "temperature": 0, **body},
+                   headers=AUTH, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _cached(reply: dict) -> int:
+    return (reply["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+
+
+def test_a_plain_agents_conversation_outlives_other_traffic_across_its_tool_call(url: str) -> None:
+    """A plain ReAct agent (no hint; ``prompt_cache_key`` is its session) asks for a named tool;
+    while the tool runs, filler prompts larger than the pool pass through. Its conversation was kept
+    (tagged until its deadline) so the return with the tool's result finds it cached, and the reply
+    is the one vLLM computes without any cache (another cache_salt). A caller that made no tool call
+    (``user`` as its session) is evicted like any dynamic suffix."""
+    session = f"react-{uuid.uuid4().hex[:8]}"
+    first = [{"role": "system", "content": _system(300)}, {"role": "user", "content": "When is the release?"}]
+    control = [{"role": "system", "content": _system(300)}, {"role": "user", "content": "When is the release?"}]
+    before = _stats(url)
+    call = _post(url, {"messages": first, "tools": [LOOKUP], "max_tokens": 24, "prompt_cache_key": session,
+                       "tool_choice": {"type": "function", "function": {"name": "lookup"}}})
+    (tool_call,) = call["choices"][0]["message"]["tool_calls"]
+    assert tool_call["function"]["name"] == "lookup"
+    _post(url, {"messages": control, "max_tokens": 8, "user": f"plain-{session}"})
+    mid = _stats(url)
+    assert mid["continuations_kept"] == before["continuations_kept"] + 1, mid
+    assert call["usage"]["prompt_tokens"] >= 2 * BLOCK
+    for i in range(4):  # 4 x 4+ blocks through a 15-block pool while the tool runs
+        _chat(url, _system(540), f"filler {i}", max_tokens=2)
+    after = _stats(url)
+    assert after["evicted_device_tokens"] >= mid["evicted_device_tokens"] + 4 * BLOCK, after
+    assert after["continuations_expired"] == before["continuations_expired"]  # the deadline outlasts the fillers
+    back = first + [{"role": "assistant", "content": "", "tool_calls": [tool_call]},
+                    {"role": "tool", "tool_call_id": tool_call["id"], "content": "The release is on 15 January."}]
+    resumed = _post(url, {"messages": back, "max_tokens": 12, "prompt_cache_key": session})
+    done = _stats(url)
+    assert done["continuations_reused"] == before["continuations_reused"] + 1, done
+    assert done["continuations"] == before["continuations"]  # returned: no longer kept
+    assert _cached(resumed) >= 2 * BLOCK, (resumed["usage"], done)  # the conversation before the tool's result
+    plain = _post(url, {"messages": control + [{"role": "user", "content": "Thanks."}], "max_tokens": 2,
+                        "user": f"plain-{session}"})
+    assert _cached(plain) == 0, plain["usage"]  # no tool call, no continuation: LRU evicted it
+    fresh = _post(url, {"messages": back, "max_tokens": 12, "cache_salt": uuid.uuid4().hex})
+    assert _cached(fresh) == 0
+    assert resumed["choices"][0]["message"]["content"] == fresh["choices"][0]["message"]["content"]

@@ -160,3 +160,18 @@ def test_a_users_dtype_and_reserved_cores_win(model_dir: Path, small_cpu_without
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU")
     big = build_command(str(model_dir), cpu=True)
     assert "--dtype" not in big.argv and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in big.env
+
+
+def test_no_continuations_and_the_users_scheduler_options_reach_the_scheduler(model_dir: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    args = Namespace(model=str(model_dir), policy="kvflow", host="127.0.0.1", port=30000, api_key=None,
+                     device_tokens=None, host_tokens=None, no_prefetch=False, continuations=False)
+    assert json.loads(plan_from_args(args, []).env[CONFIG_ENV]) == {"prefetch": True, "continuations": False}
+    monkeypatch.setenv(CONFIG_ENV, '{"tool_default_s": 30, "prefetch": true}')
+    args.continuations, args.no_prefetch = True, True
+    # the user's options, then what the flags set (--no-prefetch wins over the environment's prefetch)
+    assert json.loads(plan_from_args(args, []).env[CONFIG_ENV]) == {"tool_default_s": 30, "prefetch": False}
+    for raw, message in (("{", "not valid JSON"), ("[1]", "JSON object")):
+        monkeypatch.setenv(CONFIG_ENV, raw)
+        with pytest.raises(ValueError, match=message):
+            plan_from_args(args, [])

@@ -48,14 +48,15 @@ def plain_env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def vllm_server(model: Path, log: Path, flags: Sequence[str] = (), *, port: int | None = None) -> Iterator[str]:
-    """Run ``kvflow serve --engine vllm --model MODEL FLAGS`` (no ``VLLM_*`` variables) until
-    /health answers; yield its URL."""
+def vllm_server(model: Path, log: Path, flags: Sequence[str] = (), *, port: int | None = None,
+                env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run ``kvflow serve --engine vllm --model MODEL FLAGS`` (no ``VLLM_*`` variables; ``env``
+    added) until /health answers; yield its URL."""
     from backends.vllm_kvflow.launcher import running
 
     port = port or free_port()
     argv = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
             "--port", str(port), *flags]
-    env = plain_env()
+    env = {**plain_env(), **(env or {})}
     with running(argv, f"http://127.0.0.1:{port}", log, env=env, cwd=ROOT, timeout_s=START_TIMEOUT_S) as url:
         yield url
