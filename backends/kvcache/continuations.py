@@ -19,7 +19,8 @@ until a retention deadline, ranked against the other agents' fixed prompts by wh
   mean of the tool's observed pauses (not the quantile the deadline uses: a tool that is usually
   quick and sometimes slow is usually back soon). So a conversation whose tool takes as long as
   three calls ranks with an agent three steps away. As the pause runs, the time left is what counts
-  (:meth:`Continuation.remaining_s`, re-ranked at each deadline sweep once it moved a whole step):
+  (:meth:`Continuation.remaining_s`, re-ranked at each deadline sweep once it moved a whole step,
+  with what was learned of its tools meanwhile: a cold pause learns from another's return):
   the mean of what is left of the observed pauses that lasted this long; a pause that has outlasted
   them all (or a cold estimate) is expected to last as long again as it has run, so an overdue
   conversation sinks below those due soon instead of ranking as due now (an announced one is due
@@ -102,24 +103,29 @@ class ToolDurations:
     def __init__(self, default_s: float, max_tools: int = 4096, cold_hold_s: float | None = None) -> None:
         self.default_s = default_s
         self.cold_hold_s = hold_for(default_s) if cold_hold_s is None else cold_hold_s
-        self._seen: BoundedLRU[tuple[str, str], list[float]] = BoundedLRU(max_tools)
+        # (namespace, tool) -> (window in observation order, the same ascending)
+        self._seen: BoundedLRU[tuple[str, str], tuple[list[float], tuple[float, ...]]] = BoundedLRU(max_tools)
+        self.version = 0
+        """Grows at every observation (what was estimated before may be estimated anew)."""
 
     def observe(self, namespace: str, tool: str, seconds: float) -> None:
         key = (namespace, tool)
-        window = self._seen.pop(key) or []
-        window.append(max(0.0, seconds))
-        self._seen.put(key, window[-TOOL_WINDOW:])
+        old = self._seen.pop(key)
+        window = (old[0] if old is not None else []) + [max(0.0, seconds)]
+        window = window[-TOOL_WINDOW:]
+        self._seen.put(key, (window, tuple(sorted(window))))
+        self.version += 1
 
     def estimate(self, namespace: str, tools: Sequence[str]) -> PauseEstimate:
         """The pause of a reply calling ``tools``: expected, the mean of the slowest known tool by
         mean; held for the largest :data:`TOOL_QUANTILE` quantile of them (:func:`hold_for`). Cold
         when none of them was observed yet."""
-        known = [sorted(w) for tool in tools if (w := self._seen.get((namespace, tool)))]
+        known = [seen[1] for tool in tools if (seen := self._seen.get((namespace, tool)))]
         if not known:
             return PauseEstimate(self.default_s, self.cold_hold_s)
         slowest = max(known, key=lambda w: sum(w) / len(w))
         quantile = max(w[min(len(w) - 1, int(TOOL_QUANTILE * len(w)))] for w in known)
-        return PauseEstimate(sum(slowest) / len(slowest), hold_for(quantile), tuple(slowest))
+        return PauseEstimate(sum(slowest) / len(slowest), hold_for(quantile), slowest)
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -142,6 +148,8 @@ class Continuation(Generic[P]):
     """The observed pauses of its slowest tool, ascending (:meth:`remaining_s`)."""
     announced: bool = False
     """The client gave the pause (``resume_in_s``)."""
+    estimated: int = 0
+    """The :attr:`ToolDurations.version` its estimate is of."""
 
     def remaining_s(self, elapsed: float) -> float:
         """Seconds still expected after ``elapsed`` of the pause: the mean of what is left of the
@@ -237,7 +245,8 @@ class Continuations(Generic[P]):
         ref = (session[0], _AGENT_PREFIX + _digest(session[1]))
         steps = self._steps(expected)
         kept = Continuation(ref, record, tokens, tuple(tools), now, now + hold, expected, steps,
-                            samples=estimate.samples, announced=resume_in_s is not None)
+                            samples=estimate.samples, announced=resume_in_s is not None,
+                            estimated=self.durations.version)
         self._kept[session] = kept
         self.hints.set_steps(session[0], ref[1], {ref[1]: steps})
         hinted = self._hinted.get(session)
@@ -249,10 +258,17 @@ class Continuations(Generic[P]):
 
     def expire(self, now: float) -> list[tuple[AgentRef, P]]:
         """Drop every continuation past its deadline (those never returned to count as expired);
-        returns the records to untag. The others are ranked anew by the time left of their pause
-        (a whole step away from their rank at least: each change re-keys the hosts' eviction queues)."""
+        returns the records to untag. What was learned of their tools since they paused applies to
+        them too (their estimate anew, a deadline only later); they are ranked anew by the time left
+        of their pause (a whole step away from their rank at least: each change re-keys the hosts'
+        eviction queues)."""
         stale: list[tuple[AgentRef, P]] = []
         for session, kept in list(self._kept.items()):
+            if not kept.announced and not kept.returned and kept.estimated != self.durations.version:
+                estimate = self.durations.estimate(session[0], kept.tools)
+                kept.expected_s, kept.samples = estimate.expected_s, estimate.samples
+                kept.deadline = max(kept.deadline, kept.paused_at + min(self.max_s, estimate.hold_s))
+                kept.estimated = self.durations.version
             if now > kept.deadline:
                 if not kept.returned:
                     self.counters["continuations_expired"] += 1
