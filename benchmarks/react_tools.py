@@ -32,7 +32,8 @@ one namespace may protect the whole pool (``namespace_cap_tokens``: the benchmar
   whose deadline is cut to 2 s (``continuation_max_s``), so every slow tool outlasts it: the
   issue's "no regression where tools outlast their deadline", against kvflow without continuations.
   A finished job's client sends ``done`` (engine and simulator). ``--matrix`` runs every
-  ``--agents-list`` x ``--slow-list`` pair on the simulator and prints one summary row each.
+  ``--agents-list`` x ``--slow-list`` pair on the simulator and prints one summary row each (with
+  ``--seeds N``: for N workload seeds, then each pair's mean over them).
 
 Prints mean job completion time and recomputed tokens per run and their ratios to LRU, with
 ``uptime``; writes ``react_tools.json`` under ``--out``.
@@ -147,43 +148,59 @@ def sim_part(plans: list[AgentPlan], args: argparse.Namespace) -> dict[str, Any]
             "lru_schedule_replayed_with_lru": lru_again, "runs": runs}
 
 
-def sim_spec(args: argparse.Namespace, agents: int, slow_share: float) -> ReactSpec:
+def sim_spec(args: argparse.Namespace, agents: int, slow_share: float, seed: int) -> ReactSpec:
     return ReactSpec(agents=agents, turns=args.turns, system_tokens=1024, task_tokens=256, output_tokens=64,
-                     result_tokens=256, slow_share=slow_share, seed=args.seed)
+                     result_tokens=256, slow_share=slow_share, seed=seed)
 
 
-def matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every agents x slow-share pair on the simulator: one summary row each."""
-    rows = []
-    print(f"\n{'agents':>6} {'slow':>5} {'JCT LRU/cont':>12} {'LRU/floor':>9} {'LRU/best':>8} "
-          f"{'cont/plain':>10} {'outl/plain':>10} {'cont/Bél':>8} {'plain/Bél':>9} {'LRU/Bél':>7} {'best/Bél':>8} "
-          f"{'expired':>7}")
+RATIOS = (  # (row key, column title): the summary of one matrix cell
+    ("jct_lru_over_cont", "JCT LRU/cont"), ("jct_lru_over_floor", "LRU/floor"),
+    ("jct_lru_over_best_online", "LRU/best"), ("jct_cont_over_plain", "cont/plain"),
+    ("jct_outlasting_over_plain", "outl/plain"), ("cont_over_belady", "cont/Bél"),
+    ("plain_over_belady", "plain/Bél"), ("lru_over_belady", "LRU/Bél"), ("best_over_belady", "best/Bél"),
+)
+
+
+def matrix_row(agents: int, share: float, seed: int, part: dict[str, Any]) -> dict[str, Any]:
+    runs = part["runs"]
+    lru, plain, cont = runs["lru"], runs["kvflow"], runs["kvflow+continuations"]
+
+    def vs_belady(r: dict[str, Any]) -> float:
+        return r["recomputed_tokens"] / max(1, r["belady_recomputed_tokens"])
+
+    return {"agents": agents, "slow_share": share, "seed": seed, "pool_tokens": part["pool_tokens"],
+            "jct_lru_over_cont": lru["mean_job_s"] / cont["mean_job_s"],
+            "jct_lru_over_floor": lru["mean_job_s"] / runs["floor"]["mean_job_s"],
+            "jct_lru_over_best_online": lru["mean_job_s"] / runs["best-online"]["mean_job_s"],
+            "jct_cont_over_plain": cont["mean_job_s"] / plain["mean_job_s"],
+            "jct_outlasting_over_plain": runs["outlasting"]["mean_job_s"] / plain["mean_job_s"],
+            "cont_over_belady": vs_belady(cont), "plain_over_belady": vs_belady(plain),
+            "lru_over_belady": vs_belady(lru), "best_over_belady": vs_belady(runs["best-online"]),
+            "expired": cont.get("continuations_expired", 0), "runs": runs}
+
+
+def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{title}\n{'agents':>6} {'slow':>5} " + " ".join(f"{name:>12}" for _, name in RATIOS))
+    for row in rows:
+        print(f"{row['agents']:>6} {row['slow_share']:>5} " + " ".join(f"{row[key]:>11.3f}x" for key, _ in RATIOS))
+
+
+def matrix(args: argparse.Namespace) -> dict[str, Any]:
+    """Every agents x slow-share pair on the simulator, for each of ``--seeds`` workload seeds
+    (from ``--seed``): a row each, then each pair's mean over the seeds."""
+    rows, means = [], []
     for agents in args.agents_list:
         for share in args.slow_list:
-            part = sim_part(react_plan(sim_spec(args, agents, share)), args)
-            runs = part["runs"]
-            lru, plain, cont = runs["lru"], runs["kvflow"], runs["kvflow+continuations"]
-            best, floor = runs["best-online"], runs["floor"]
-
-            def vs_belady(r: dict[str, Any]) -> float:
-                return r["recomputed_tokens"] / max(1, r["belady_recomputed_tokens"])
-
-            row = {"agents": agents, "slow_share": share, "pool_tokens": part["pool_tokens"],
-                   "jct_lru_over_cont": lru["mean_job_s"] / cont["mean_job_s"],
-                   "jct_lru_over_floor": lru["mean_job_s"] / floor["mean_job_s"],
-                   "jct_lru_over_best_online": lru["mean_job_s"] / best["mean_job_s"],
-                   "jct_cont_over_plain": cont["mean_job_s"] / plain["mean_job_s"],
-                   "jct_outlasting_over_plain": runs["outlasting"]["mean_job_s"] / plain["mean_job_s"],
-                   "cont_over_belady": vs_belady(cont), "plain_over_belady": vs_belady(plain),
-                   "lru_over_belady": vs_belady(lru), "best_over_belady": vs_belady(best),
-                   "expired": cont.get("continuations_expired", 0), "runs": runs}
-            rows.append(row)
-            print(f"{agents:>6} {share:>5} {row['jct_lru_over_cont']:>11.3f}x {row['jct_lru_over_floor']:>8.3f}x "
-                  f"{row['jct_lru_over_best_online']:>7.3f}x {row['jct_cont_over_plain']:>9.3f}x "
-                  f"{row['jct_outlasting_over_plain']:>9.3f}x "
-                  f"{row['cont_over_belady']:>7.3f}x {row['plain_over_belady']:>8.3f}x {row['lru_over_belady']:>6.3f}x "
-                  f"{row['best_over_belady']:>7.3f}x {row['expired']:>7}")
-    return rows
+            cell = [matrix_row(agents, share, seed, sim_part(react_plan(sim_spec(args, agents, share, seed)), args))
+                    for seed in range(args.seed, args.seed + args.seeds)]
+            rows += cell
+            means.append({"agents": agents, "slow_share": share,
+                          **{key: mean(r[key] for r in cell) for key, _ in RATIOS},
+                          "max_cont_over_belady": max(r["cont_over_belady"] for r in cell)})
+    print_rows(f"simulator, seed {args.seed}", [r for r in rows if r["seed"] == args.seed])
+    if args.seeds > 1:
+        print_rows(f"simulator, mean over seeds {args.seed}-{args.seed + args.seeds - 1}", means)
+    return {"rows": rows, "means": means}
 
 
 # ---- report -----------------------------------------------------------------------------
@@ -225,13 +242,14 @@ def main() -> None:
     parser.add_argument("--matrix", action="store_true", help="simulator only: every --agents-list x --slow-list pair")
     parser.add_argument("--agents-list", type=_ints, default=[8, 16, 32])
     parser.add_argument("--slow-list", type=_floats, default=[0.0, 0.25, 1.0])
+    parser.add_argument("--seeds", type=int, default=1, help="--matrix: workload seeds from --seed")
     args = parser.parse_args()
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     out: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
     if args.matrix:
         out["matrix"] = matrix(args)
     elif not args.skip_sim:
-        out["sim"] = sim_part(react_plan(sim_spec(args, args.agents, args.slow_share)), args)
+        out["sim"] = sim_part(react_plan(sim_spec(args, args.agents, args.slow_share, args.seed)), args)
         print_table(f"simulator: {args.agents} agents x {args.turns} turns, {args.sim_model} on {args.sim_hardware}",
                     out["sim"])
     if not args.skip_engine and not args.matrix:
