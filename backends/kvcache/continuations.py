@@ -61,8 +61,8 @@ from .bounded import BoundedLRU
 from .hints import AgentRef, HintTable
 from .prefixes import AgentPrefixes
 
-__all__ = ["SessionRef", "ToolDurations", "PauseEstimate", "Continuation", "Continuations", "CONTINUATION_COUNTERS",
-           "TOOL_WINDOW", "TOOL_QUANTILE", "DEADLINE_SLACK", "DEADLINE_GRACE_S", "STEP_DECAY"]
+__all__ = ["SessionRef", "ToolDurations", "PauseEstimate", "hold_for", "Continuation", "Continuations",
+           "CONTINUATION_COUNTERS", "TOOL_WINDOW", "TOOL_QUANTILE", "DEADLINE_SLACK", "DEADLINE_GRACE_S", "STEP_DECAY"]
 
 P = TypeVar("P")
 
