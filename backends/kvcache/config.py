@@ -37,7 +37,9 @@ class CacheConfig:
       ``None`` means max(4 x device_tokens, 2**20).
     * ``continuations``: keep a conversation across its agent's pause (a reply ending in tool calls,
       a hint's ``resume_in_s``) until a retention deadline (:mod:`.continuations`);
-      ``tool_default_s`` is the pause expected of a tool never observed yet, ``step_default_s`` the
+      ``tool_default_s`` is the pause expected of a tool never observed yet (its rank),
+      ``tool_cold_hold_s`` how long such a pause is kept (a slow tool's first run outlasts the
+      expected 2 s; the rank sinks as it runs over), ``step_default_s`` the
       duration of one model call before any was observed (the unit that turns seconds into steps),
       ``continuation_max_s`` the longest a conversation is kept (``hint_ttl_s`` if shorter: a kept
       conversation rides on the hint table).
@@ -58,6 +60,7 @@ class CacheConfig:
     max_tracked_tokens: int | None = None
     continuations: bool = True
     tool_default_s: float = 2.0
+    tool_cold_hold_s: float = 30.0
     step_default_s: float = 1.0
     continuation_max_s: float = 120.0
 
@@ -80,7 +83,7 @@ class CacheConfig:
             raise ValueError("max_tracked_agents and max_workflows must be > 0")
         if self.max_tracked_tokens is not None and self.max_tracked_tokens <= 0:
             raise ValueError(f"max_tracked_tokens must be > 0, got {self.max_tracked_tokens}")
-        for name in ("tool_default_s", "step_default_s", "continuation_max_s"):
+        for name in ("tool_default_s", "tool_cold_hold_s", "step_default_s", "continuation_max_s"):
             value = getattr(self, name)
             if not (value > 0 and value != float("inf")):
                 raise ValueError(f"{name} must be a finite number of seconds > 0, got {value}")

@@ -16,7 +16,10 @@ Rules:
 * Namespace cap: the agents of a namespace with finite steps are protected in ascending steps order
   while the sum of their fixed-prefix tokens stays within ``cap_tokens``; the rest (least urgent)
   get ``inf`` from :meth:`HintTable.steps`. Tokens of a prefix shared by two agents count twice
-  (conservative: a namespace never protects more than its cap).
+  (conservative: a namespace never protects more than its cap), except where the sharing is known:
+  a continuation (:mod:`.continuations`) holds its agent's fixed prefix as its first tokens, and
+  declares so (``within`` of :meth:`HintTable.note_fixed_tokens`); once one of the two counts, the
+  other counts only its tokens beyond the shared ones (a paused agent's system prompt counts once).
 """
 
 from __future__ import annotations
@@ -67,10 +70,13 @@ class HintTable:
         self._ns_agents: dict[str, set[str]] = {}  # namespace -> agents named by a live workflow
         self._fixed_tokens: BoundedLRU[AgentRef, int] = BoundedLRU(max_agents)  # only lengths > 0
         self._costly: dict[str, set[str]] = {}  # namespace -> agents with a known fixed prefix
+        # namespace -> {agent: (other agent, n)}: the agent's first n fixed tokens are the other's
+        self._within: dict[str, dict[str, tuple[str, int]]] = {}
         # namespace -> agents the cap unprotects (cache, dropped on any change in the namespace).
         # Only agents with a fixed prefix cost cap space, so this is computed over _costly alone:
-        # an update costs O(agents with a cached prefix), not O(agents named by hints).
-        self._unprotected: dict[str, frozenset[str]] = {}
+        # an update costs O(agents with a cached prefix), not O(agents named by hints). With each, the
+        # tokens the protected agents hold (shared tokens once).
+        self._unprotected: dict[str, tuple[frozenset[str], int]] = {}
 
     # ---- updates -------------------------------------------------------------------------
     def apply_hint(self, hint: KVFlowHint) -> None:
@@ -137,18 +143,26 @@ class HintTable:
         self._unprotected.clear()
         self.version += 1  # keys may drop: agents can lose protection
 
-    def note_fixed_tokens(self, ref: AgentRef, tokens: int) -> None:
-        """Record the length of an agent's fixed prefix (used by the namespace cap)."""
+    def note_fixed_tokens(self, ref: AgentRef, tokens: int, within: tuple[AgentRef, int] | None = None) -> None:
+        """Record the length of an agent's fixed prefix (used by the namespace cap). ``within``:
+        ``(other, n)``, the first ``n`` of these tokens are agent ``other``'s fixed prefix (same
+        namespace), counted once in the cap."""
         if tokens < 0:
             raise ValueError(f"fixed-prefix length must be >= 0, got {tokens}")
+        if within is not None and (within[0][0] != ref[0] or within[1] < 0):
+            raise ValueError(f"within must name an agent of namespace {ref[0]!r} and n >= 0, got {within}")
         old = self._fixed_tokens.pop(ref)
         forgotten: list[tuple[AgentRef, int]] = []
+        shares = self._within.get(ref[0], {})
+        old_within = shares.pop(ref[1], None)
         if tokens:
             forgotten = self._fixed_tokens.put(ref, tokens)
             self._costly.setdefault(ref[0], set()).add(ref[1])
+            if within is not None and within[1]:
+                self._within.setdefault(ref[0], {})[ref[1]] = (within[0][1], min(within[1], tokens))
         else:
             self._forget_cost(ref)
-        if (old or 0) != tokens:
+        if (old or 0) != tokens or old_within != self._within.get(ref[0], {}).get(ref[1]):
             self._unprotected.pop(ref[0], None)
             self.version += 1
         for gone, _ in forgotten:
@@ -156,6 +170,11 @@ class HintTable:
             self._unprotected.pop(gone[0], None)
 
     def _forget_cost(self, ref: AgentRef) -> None:
+        shares = self._within.get(ref[0])
+        if shares is not None:
+            shares.pop(ref[1], None)
+            if not shares:
+                del self._within[ref[0]]
         names = self._costly.get(ref[0])
         if names is not None:
             names.discard(ref[1])
@@ -202,9 +221,11 @@ class HintTable:
         return self._fixed_tokens.get(ref, 0)
 
     def protected_tokens(self, namespace: str) -> int:
-        """Fixed-prefix tokens the namespace currently protects (finite effective steps)."""
-        return sum(self.fixed_tokens((namespace, a)) for a in self._costly.get(namespace, ())
-                   if self.steps((namespace, a)) != INF)
+        """Fixed-prefix tokens the namespace currently protects (finite effective steps; tokens
+        declared shared counted once)."""
+        if self.cap_tokens is None:
+            return self._cap_walk(namespace, INF)[1]
+        return self._unprotected_in_walk(namespace)[1]
 
     def agents(self) -> Iterator[tuple[AgentRef, float]]:
         """Every agent with finite effective steps, as ``(ref, steps)`` (O(agents named))."""
@@ -235,20 +256,35 @@ class HintTable:
         return self._workflows.weight
 
     def _unprotected_in(self, namespace: str) -> frozenset[str]:
+        return self._unprotected_in_walk(namespace)[0]
+
+    def _unprotected_in_walk(self, namespace: str) -> tuple[frozenset[str], int]:
         cached = self._unprotected.get(namespace)
-        if cached is not None:
-            return cached
+        if cached is None:
+            cached = self._unprotected[namespace] = self._cap_walk(namespace, self.cap_tokens)
+        return cached
+
+    def _cap_walk(self, namespace: str, cap: float) -> tuple[frozenset[str], int]:
+        """The agents ``cap`` unprotects, and the tokens the others hold: agents with finite steps
+        in ascending order, each costing its fixed tokens less those it shares with one counted
+        before it, while the sum stays within ``cap``."""
         finite = sorted(
             (value, agent) for agent in self._costly.get(namespace, ())
             if (value := self.raw_steps((namespace, agent))) != INF
         )
+        shared: dict[str, list[tuple[str, int]]] = {}
+        for agent, (other, n) in self._within.get(namespace, {}).items():
+            shared.setdefault(agent, []).append((other, n))
+            shared.setdefault(other, []).append((agent, n))
         used = 0
-        out: set[str] = set()
+        counted: set[str] = set()
         for i, (_, agent) in enumerate(finite):
-            used += self.fixed_tokens((namespace, agent))
-            if used > self.cap_tokens:
+            overlap = max((min(n, self.fixed_tokens((namespace, other))) for other, n in shared.get(agent, ())
+                           if other in counted), default=0)
+            cost = max(0, self.fixed_tokens((namespace, agent)) - overlap)
+            if used + cost > cap:
                 # this agent and every less urgent one fall back below every protected prefix
-                out = {a for _, a in finite[i:]}
-                break
-        self._unprotected[namespace] = frozenset(out)
-        return self._unprotected[namespace]
+                return frozenset(a for _, a in finite[i:]), used
+            used += cost
+            counted.add(agent)
+        return frozenset(), used

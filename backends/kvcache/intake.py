@@ -119,7 +119,8 @@ class RequestIntake(Generic[P]):
         self.continuations: Continuations[P] = Continuations(
             self.hints, self.prefixes, self.counters, tool_default_s=config.tool_default_s,
             max_s=min(config.continuation_max_s, config.hint_ttl_s), step_default_s=config.step_default_s,
-            max_sessions=config.max_tracked_agents, max_tokens=config.tracked_tokens)
+            max_sessions=config.max_tracked_agents, max_tokens=config.tracked_tokens,
+            tool_cold_hold_s=config.tool_cold_hold_s)
 
     def size_for(self, config: CacheConfig) -> None:
         """The host learned its device pool (``config``, the same settings sized): the namespace
@@ -183,7 +184,8 @@ class RequestIntake(Generic[P]):
             return None, []
         now = self.clock()
         call_s = None if decision.accepted_at is None else now - decision.accepted_at
-        stale = self.continuations.note_turn(decision.session, record, tokens, call_s)
+        fixed = None if decision.agent is None else (decision.agent, min(decision.fixed_tokens, tokens))
+        stale = self.continuations.note_turn(decision.session, record, tokens, call_s, fixed)
         if decision.resume_in_s is None:
             return None, stale
         kept, more = self.continuations.pause(decision.session, (), decision.resume_in_s, now)

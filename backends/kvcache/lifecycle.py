@@ -99,7 +99,7 @@ def reserve(cache: KVCache, prompt: Sequence[int], max_new_tokens: int, *,
         match = cache.match_prefix(prompt)
     if not cache.is_ready(match):
         return Refused(True, NO_EVICTION)
-    need = match.host_tokens + _computed(prompt, match.cached_tokens, max_new_tokens)
+    need = match.host_tokens + computed_tokens(prompt, match.cached_tokens, max_new_tokens)
     cache.lock(match.handle)  # our own prefix must survive making room
     try:
         evicted = NO_EVICTION
@@ -111,7 +111,7 @@ def reserve(cache: KVCache, prompt: Sequence[int], max_new_tokens: int, *,
     finally:
         cache.unlock(match.handle)
     reused = min(len(admission.prefix_slots), len(prompt) - 1)
-    allocation = cache.alloc_device(_computed(prompt, reused, max_new_tokens))
+    allocation = cache.alloc_device(computed_tokens(prompt, reused, max_new_tokens))
     if allocation.slots is None:  # the room was made above: a broken invariant, not a full pool
         raise CacheError("the device pool lost the room made for a request while reserving it")
     return Reservation(admission, reused, allocation.slots,
@@ -163,7 +163,7 @@ def passed_over(waiting: Sequence[T], admitted: T) -> list[T]:
     return []
 
 
-def _computed(prompt: Sequence[int], cached: int, max_new_tokens: int) -> int:
+def computed_tokens(prompt: Sequence[int], cached: int, max_new_tokens: int) -> int:
     """Tokens a request computes: the prompt past its reused part (at least the last prompt
     token), and every output token but the last."""
     return len(prompt) - min(cached, len(prompt) - 1) + max_new_tokens - 1

@@ -31,10 +31,12 @@ class AgentPrefixes(Generic[P]):
         self._records: BoundedLRU[AgentRef, tuple[P, int]] = BoundedLRU(
             max_agents, max_tokens, weigh=lambda record: record[1])
 
-    def remember(self, ref: AgentRef, prefix: P, tokens: int) -> list[tuple[AgentRef, P]]:
-        """``ref``'s fixed prefix is now ``prefix`` (``tokens`` long; 0 forgets it). Returns the
-        records that no longer hold, for the host to untag: ``ref``'s previous one when it
-        differs, then those forgotten to keep the bounds, oldest first."""
+    def remember(self, ref: AgentRef, prefix: P, tokens: int,
+                 within: tuple[AgentRef, int] | None = None) -> list[tuple[AgentRef, P]]:
+        """``ref``'s fixed prefix is now ``prefix`` (``tokens`` long; 0 forgets it; ``within``: its
+        first tokens are another agent's prefix, see :meth:`~.hints.HintTable.note_fixed_tokens`).
+        Returns the records that no longer hold, for the host to untag: ``ref``'s previous one when
+        it differs, then those forgotten to keep the bounds, oldest first."""
         if tokens < 0:
             raise ValueError(f"fixed-prefix length must be >= 0, got {tokens}")
         old = self._records.pop(ref)
@@ -43,7 +45,7 @@ class AgentPrefixes(Generic[P]):
             self.hints.note_fixed_tokens(ref, 0)
             return stale
         forgotten = self._records.put(ref, (prefix, tokens))
-        self.hints.note_fixed_tokens(ref, tokens)
+        self.hints.note_fixed_tokens(ref, tokens, within)
         for gone, _ in forgotten:
             self.hints.note_fixed_tokens(gone, 0)
         return stale + [(gone, record[0]) for gone, record in forgotten]

@@ -7,7 +7,22 @@ gives the offline-optimal eviction order on the same trace (the bound no online 
 with a pool large enough to hold everything, the tokens that any policy must compute (each
 prompt's dynamic part and the first, cold use of each fixed prefix).
 
-Scope: sequential traces without a host tier (one request between ``admit`` and ``unlock`` at a
+Two recordings:
+
+* :class:`ScheduleRecorder` (any host that drives the brain through ``reserve``/``release``, the
+  simulator and the embedded engine; concurrent requests too): the schedule the run executed,
+  each admission and each release in order. :func:`replay_schedule` runs exactly that schedule
+  through a fresh brain: with the run's own policy it reproduces the run's recomputed tokens (the
+  requests' locks and rooms are the same), and with ``belady=True`` it gives Bélády's eviction on
+  *that* schedule, so every policy is compared with the offline order on the requests, the
+  concurrency and the admission order it saw itself (a policy changes timing, hence the schedule:
+  Bélády on another run's schedule is no bound for this one). An attempt the run refused (no room
+  yet) is replayed for its eviction, except under Bélády: the oracle makes room only when a request
+  is admitted. Under Bélády a schedule is refused (:class:`TraceError`) if an admission finds no
+  room (cannot happen when concurrent requests share no prefix: each then locks what it did);
+* :class:`BrainRecorder` (every brain call of a sequential trace, hints included), below.
+
+Scope of :func:`replay`: sequential traces without a host tier (one request between ``admit`` and ``unlock`` at a
 time, as a workflow that runs one LLM call after another): eviction is then the only lever, and
 the request order does not depend on the policy. The replay drives the brain through the request
 life cycle the engine uses (:mod:`.lifecycle`): ``reserve`` with the recorded decode room,
@@ -26,11 +41,12 @@ from .cache import KVCache
 from .config import CacheConfig
 from .errors import CacheError
 from .hints import AgentRef
-from .intake import AgentRequest, IntakeDecision
-from .lifecycle import Refused
+from .intake import UNHINTED, AgentRequest, IntakeDecision
+from .lifecycle import Refused, Reservation, computed_tokens
+from .results import MatchResult
 from .policy import BeladyPolicy, EvictionPolicy
 
-__all__ = ["TraceError", "RecordedRequest", "BrainRecorder", "replay"]
+__all__ = ["TraceError", "RecordedRequest", "BrainRecorder", "replay", "ScheduleRecorder", "replay_schedule"]
 
 
 class TraceError(CacheError):
@@ -160,3 +176,110 @@ def _replay_request(cache: KVCache, r: RecordedRequest) -> None:
     if n < reservation.reused or n - reservation.reused > len(reservation.own_slots):
         raise TraceError(f"recorded insert of {n} tokens does not fit a request that reused {reservation.reused}")
     cache.release(reservation, r.inserted, IntakeDecision(r.agent, r.fixed_prefix_tokens or 0))
+
+
+# ---- schedules: admissions and releases of concurrent requests ------------------------------
+@dataclass
+class ScheduleRecorder:
+    """Wraps one :class:`KVCache` instance's ``reserve``, ``release`` and ``match_prefix`` (the
+    originals still run) and keeps, in order, ``("admit", i, prompt, max_new_tokens)`` for the
+    ``i``-th admitted request, ``("refused", prompt, max_new_tokens)`` for an attempt refused for
+    room, ``("release", i, tokens, agent, fixed_tokens)`` (``tokens``: what it inserted, ``None``:
+    nothing; its first ``fixed_tokens`` tagged as ``agent``'s fixed prefix) and ``("peek",
+    tokens)`` for a prefix match (a host's look at a waiting request). Tags and peeks split tree
+    nodes at their boundaries, and a node is what eviction takes whole: the replay splits where
+    the run did, so that with the same policy it evicts the very same tokens."""
+
+    cache: KVCache
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        cache, events = self.cache, self.events
+        reserve, release, match_prefix = cache.reserve, cache.release, cache.match_prefix
+        index: dict[int, int] = {}  # id(reservation) -> its admission's number
+        admitted = 0
+
+        def on_reserve(prompt: Sequence[int], max_new_tokens: int, **kw: Any) -> Reservation | Refused:
+            nonlocal admitted
+            outcome = reserve(prompt, max_new_tokens, **kw)
+            if isinstance(outcome, Refused):
+                if not outcome.loading:
+                    events.append(("refused", tuple(prompt), max_new_tokens))
+                return outcome
+            index[id(outcome)] = admitted
+            events.append(("admit", admitted, tuple(prompt), max_new_tokens))
+            admitted += 1
+            return outcome
+
+        def on_release(reservation: Reservation, tokens: Sequence[int] | None,
+                       intake: IntakeDecision = UNHINTED):
+            i = index.pop(id(reservation), None)
+            if i is None:
+                raise TraceError("release of a reservation the recorder did not see admitted")
+            events.append(("release", i, None if tokens is None else tuple(tokens), intake.agent,
+                           intake.fixed_tokens if intake.agent is not None else 0))
+            return release(reservation, tokens, intake)
+
+        def on_match(tokens: Sequence[int]) -> MatchResult:
+            if not events or events[-1][0] != "peek" or events[-1][1] != tokens:
+                events.append(("peek", tokens if isinstance(tokens, tuple) else tuple(tokens)))
+            return match_prefix(tokens)
+
+        cache.reserve, cache.release, cache.match_prefix = on_reserve, on_release, on_match
+
+    @property
+    def admissions(self) -> list[tuple[int, ...]]:
+        """Admitted prompts in order (Bélády's future on this schedule)."""
+        return [event[2] for event in self.events if event[0] == "admit"]
+
+
+def replay_schedule(events: Sequence[tuple[Any, ...]], config: CacheConfig, *, belady: bool = False,
+                    policy: EvictionPolicy | None = None) -> KVCache:
+    """Run a recorded schedule (:class:`ScheduleRecorder`) through a fresh brain built from
+    ``config`` (its policy, or ``policy``, or with ``belady=True`` Bélády's order given the
+    schedule's admissions as the future) and return it; its ``stats`` hold the replayed hits and
+    recomputed tokens. Requests carry no hints (LRU and Bélády need none); refused attempts are
+    replayed for their eviction except under Bélády (module docstring); tags and peeks split
+    nodes where the run did."""
+    if config.has_host_tier:
+        raise ValueError("replay_schedule covers runs without a host tier (host_tokens=0)")
+    if belady:
+        policy = BeladyPolicy([e[2] for e in events if e[0] == "admit"])
+    cache = KVCache(replace(config, prefetch=False, continuations=False), clock=lambda: 0.0, policy=policy)
+    open_: dict[int, Reservation] = {}
+    for event in events:
+        kind = event[0]
+        if kind == "admit":
+            _, i, prompt, max_new = event
+            reservation = cache.reserve(prompt, max_new)
+            if isinstance(reservation, Refused):
+                raise TraceError(f"replay_schedule: admission {i} ({len(prompt)} prompt tokens) finds no room "
+                                 f"in the {config.device_tokens}-token pool: the requests running then lock more "
+                                 "than the recorded run's did")
+            open_[i] = reservation
+        elif kind == "refused":
+            if not belady:
+                _make_room(cache, event[1], event[2])
+        elif kind == "release":
+            _, i, tokens, agent, fixed = event
+            reservation = open_.pop(i, None)
+            if reservation is None:
+                raise TraceError(f"replay_schedule: release of request {i}, which is not running")
+            cache.release(reservation, tokens, IntakeDecision(agent, fixed))
+        elif kind == "peek":
+            cache.match_prefix(event[1])
+        else:
+            raise TraceError(f"unknown schedule event {kind!r}")
+    return cache
+
+
+def _make_room(cache: KVCache, prompt: Sequence[int], max_new_tokens: int) -> None:
+    """The eviction a refused ``reserve`` did (its room-making), without admitting anything."""
+    match = cache.match_prefix(prompt)
+    need = computed_tokens(prompt, match.cached_tokens, max_new_tokens)
+    cache.lock(match.handle)
+    try:
+        if cache.device.free_count < need:
+            cache.evict_device(need - cache.device.free_count)
+    finally:
+        cache.unlock(match.handle)

@@ -7,10 +7,15 @@ its first call's arrival to its last call's last token. The plan (:func:`react_p
 from a seed, so every policy sees the same token content and the same tool durations.
 
 Every agent is a kvflow client: its hint names its job as the workflow and declares its system
-prompt as the fixed prefix; its session is that agent in its job (:mod:`backends.kvcache.continuations`).
+prompt as the fixed prefix; its session is that agent in its job (:mod:`backends.kvcache.continuations`);
+when the job ends its client sends ``done`` for it.
 With continuations the host reports each tool-call ending (:meth:`KVCache.pause
 <backends.kvcache.KVCache.pause>`), as the server does on parsing a reply; without them the same
-requests run with ``continuations=False``.
+requests run with ``continuations=False``. With ``exact_resume`` each pause is announced with the
+tool's exact duration (``resume_in_s``): the best an online policy can know of a pause, the bound
+beside which the learned durations are judged. Each run records the schedule it executed
+(:class:`~backends.kvcache.trace.ScheduleRecorder`), for Bélády on that very schedule
+(:func:`~backends.kvcache.trace.replay_schedule`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from statistics import mean
 from typing import Any, Sequence
 
 from backends.kvcache import CacheConfig, EvictionPolicy
-from kvflow_orch.protocol import KVFlowHint
+from backends.kvcache.trace import ScheduleRecorder
+from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
 from .cost import CostModel
 from .serving import EngineLimits, ServingSim, SimRequest
@@ -107,6 +113,8 @@ class ReactResult:
     counters: dict[str, int]
     admissions: tuple[tuple[int, ...], ...]
     """Prompts in admission order (Bélády's future for a rerun)."""
+    schedule: tuple[tuple[Any, ...], ...] = ()
+    """The admissions and releases the run executed (:func:`~backends.kvcache.trace.replay_schedule`)."""
 
     @property
     def mean_job_s(self) -> float:
@@ -117,10 +125,13 @@ class ReactResult:
 
 
 def run_react(plans: Sequence[AgentPlan], system: System, cost: CostModel, config: CacheConfig, *,
-              policy: EvictionPolicy | None = None, limits: EngineLimits = EngineLimits()) -> ReactResult:
+              policy: EvictionPolicy | None = None, limits: EngineLimits = EngineLimits(),
+              exact_resume: bool = False) -> ReactResult:
     """Run every plan's loop to the end on one simulated instance (``config.continuations`` says
-    whether tool-call endings are kept)."""
+    whether tool-call endings are kept; ``exact_resume``: each pause announces its tool's exact
+    duration)."""
     sim = ServingSim(system, cost, config, limits=limits, policy=policy)
+    recorder = ScheduleRecorder(sim.cache)
     done: dict[str, float] = {}
 
     def call(plan: AgentPlan, turn: int) -> None:
@@ -131,11 +142,14 @@ def run_react(plans: Sequence[AgentPlan], system: System, cost: CostModel, confi
     def finished(plan: AgentPlan, turn: int, request: SimRequest) -> None:
         if turn + 1 == len(plan.outputs):
             done[plan.name] = sim.events.now - plan.start_s
+            # the job ended: its client says so (as the simulator's orchestrator does), and its
+            # agent's fixed prompt is no longer protected
+            sim.steps_update(StepsUpdate(workflow_id=plan.name, namespace=request.hint.namespace, done=True))
             return
         tool, seconds, _ = plan.tools[turn]
         session = request.intake.session
         if session is not None:
-            sim.cache.pause(session, [tool.name])
+            sim.cache.pause(session, [tool.name], seconds if exact_resume else None)
         sim.events.schedule(sim.events.now + seconds, call, plan, turn + 1)
 
     for plan in plans:
@@ -146,4 +160,4 @@ def run_react(plans: Sequence[AgentPlan], system: System, cost: CostModel, confi
         raise RuntimeError(f"the simulation ended with unfinished jobs {missing[:4]}")
     counters = {k: v for k, v in sim.cache.intake.counters.items() if k.startswith("continuations_")}
     return ReactResult(tuple(done[p.name] for p in plans), sim.cache.stats.recomputed_tokens, counters,
-                       tuple(sim.admission_log))
+                       tuple(sim.admission_log), tuple(recorder.events))

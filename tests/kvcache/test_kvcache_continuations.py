@@ -7,7 +7,7 @@ import math
 import pytest
 
 from backends.kvcache import AgentRequest, Reservation
-from backends.kvcache.continuations import DEADLINE_GRACE_S, DEADLINE_SLACK, TOOL_WINDOW, ToolDurations
+from backends.kvcache.continuations import DEADLINE_GRACE_S, DEADLINE_SLACK, TOOL_WINDOW, ToolDurations, hold_for
 from kvflow_orch.protocol import KVFlowHint
 
 CONVERSATION = list(range(100, 124))  # 24 tokens: the paused agent's prompt and reply
@@ -69,9 +69,9 @@ def test_a_session_nobody_named_has_nothing_to_keep(make_cache):
 
 
 def test_past_its_deadline_the_conversation_is_as_evictable_as_any_suffix(make_cache, clock):
-    cache = paused_cache(make_cache, tool_default_s=2.0)
+    cache = paused_cache(make_cache, tool_cold_hold_s=4.0)
     cache.pause(SESSION, ["search"])
-    deadline = 2.0 * DEADLINE_SLACK + DEADLINE_GRACE_S
+    deadline = 4.0
     clock.now += deadline - 0.01
     cache.expire()
     assert cache.intake.counters["continuations_expired"] == 0
@@ -84,12 +84,14 @@ def test_past_its_deadline_the_conversation_is_as_evictable_as_any_suffix(make_c
 
 
 def test_a_tool_that_outlasts_its_deadline_is_learned_from_its_late_return(make_cache, clock):
-    cache = paused_cache(make_cache, tool_default_s=2.0)
+    cache = paused_cache(make_cache)
     cache.pause(SESSION, ["build"])
-    clock.now += 20.0
+    clock.now += 40.0  # past the 30 s a tool never observed is kept
     cache.accept(AgentRequest(CONVERSATION + [7], session="user-7"))
     assert cache.intake.counters["continuations_expired"] == 1 and cache.intake.counters["continuations_reused"] == 0
-    assert cache.intake.continuations.durations.estimate("default", ["build"]) == pytest.approx(20.0)
+    learned = cache.intake.continuations.durations.estimate("default", ["build"])
+    assert learned.expected_s == pytest.approx(40.0)
+    assert learned.hold_s == pytest.approx(40.0 * DEADLINE_SLACK + DEADLINE_GRACE_S)
 
 
 def test_the_return_before_the_deadline_is_reused_and_teaches_the_tools_duration(make_cache, clock):
@@ -101,7 +103,7 @@ def test_the_return_before_the_deadline_is_reused_and_teaches_the_tools_duration
     decision = cache.accept(AgentRequest(back, session="user-7"))  # a second arrival is no second reuse
     assert not decision.resumes
     assert cache.intake.counters["continuations_reused"] == 1
-    assert cache.intake.continuations.durations.estimate("default", ["search"]) == pytest.approx(1.25)
+    assert cache.intake.continuations.durations.estimate("default", ["search"]).expected_s == pytest.approx(1.25)
     r = cache.reserve(back, 2)
     assert r.reused == 24  # the whole kept conversation was still there
     cache.release(r, back + [1], decision._replace(resumes=True))
@@ -147,20 +149,22 @@ def test_a_namespace_s_continuations_count_toward_its_cap(make_cache):
     assert cache.hints.protected_tokens("default") == 0
 
 
-def test_tool_durations_are_a_bounded_per_namespace_quantile_with_a_cold_default():
-    durations = ToolDurations(default_s=2.0, max_tools=2)
-    assert durations.estimate("ns", ["search"]) == 2.0
+def test_tool_durations_are_a_bounded_per_namespace_mean_and_quantile_with_a_cold_default():
+    durations = ToolDurations(default_s=2.0, max_tools=2, cold_hold_s=30.0)
+    assert durations.estimate("ns", ["search"]) == (2.0, 30.0, ())
     for seconds in range(1, 11):
         durations.observe("ns", "search", seconds / 10)
-    assert durations.estimate("ns", ["search"]) == 1.0  # the 0.9 quantile of 0.1..1.0
-    assert durations.estimate("other", ["search"]) == 2.0  # per namespace
+    search = durations.estimate("ns", ["search"])
+    assert search.expected_s == pytest.approx(0.55)  # the mean of 0.1..1.0 ranks
+    assert search.hold_s == pytest.approx(hold_for(1.0))  # its 0.9 quantile keeps
+    assert durations.estimate("other", ["search"]).expected_s == 2.0  # per namespace
     durations.observe("ns", "shell", 20.0)
-    assert durations.estimate("ns", ["search", "shell"]) == 20.0  # the slowest of a reply's tools
+    assert durations.estimate("ns", ["search", "shell"]) == (20.0, hold_for(20.0), (20.0,))  # the slowest tool
     for _ in range(TOOL_WINDOW):
         durations.observe("ns", "shell", 0.5)
-    assert durations.estimate("ns", ["shell"]) == 0.5  # only the recent window counts
+    assert durations.estimate("ns", ["shell"]).expected_s == 0.5  # only the recent window counts
     durations.observe("ns", "third", 1.0)
-    assert len(durations) == 2 and durations.estimate("ns", ["search"]) == 2.0  # the oldest tool forgotten
+    assert len(durations) == 2 and durations.estimate("ns", ["search"]).expected_s == 2.0  # the oldest forgotten
 
 
 def test_resident_returns_go_first_and_nobody_is_passed_over_without_bound():
@@ -206,3 +210,84 @@ def test_as_the_pause_runs_the_time_left_ranks_the_conversation(make_cache, cloc
     clock.now += 8.0  # overdue but within the deadline's slack: due now
     cache.expire()
     assert cache.hints.steps(ref) == 0.0
+
+
+# ---- the four policy causes issue 24's benchmark found (each failed before its fix) -----------
+def test_a_tool_never_observed_is_kept_long_enough_for_a_slow_tool_s_first_run(make_cache, clock):
+    """A slow tool (5-30 s) is cut off by the 2 s expected of an unknown tool no more: the cold
+    deadline is tool_cold_hold_s (30 s); the 2 s only ranks it."""
+    cache = paused_cache(make_cache)
+    cache.pause(SESSION, ["build"])
+    kept = cache.intake.continuations.get(SESSION)
+    assert kept.deadline - kept.paused_at == pytest.approx(30.0) and kept.expected_s == 2.0
+    clock.now += 20.0
+    pressure(cache, 1000)
+    decision = cache.accept(AgentRequest(CONVERSATION + [7], session="user-7"))
+    assert decision.resumes and on_device(cache, CONVERSATION) == 24
+    assert cache.intake.counters["continuations_expired"] == 0
+
+
+def test_a_returned_conversation_ranks_as_running_until_its_call_ends(make_cache, clock):
+    """Its return arrived: the conversation runs now (0 steps), whatever its pause's rank was, so a
+    fixed prompt five steps away goes before it while the return waits to be admitted."""
+    cache = paused_cache(make_cache)
+    cache.intake.continuations.step_s = 1.0
+    cache.pause(SESSION, [], resume_in_s=50.0)
+    ref = cache.intake.continuations.get(SESSION).ref
+    assert cache.hints.steps(ref) == 50.0
+    near = [7] * 16
+    hint = KVFlowHint(workflow_id="near", agent="near", steps={"near": 5})
+    turn(cache, near, [1], AgentRequest(near, hint, fixed_prefix_tokens=16))
+    clock.now += 1.0
+    assert cache.accept(AgentRequest(CONVERSATION + [7], session="user-7")).resumes
+    assert cache.hints.steps(ref) == 0
+    cache.evict_device(16)
+    assert on_device(cache, CONVERSATION) == 24 and on_device(cache, near) == 0
+
+
+def test_the_rank_is_the_expected_pause_and_the_deadline_its_quantile(make_cache):
+    """A tool back in 1 s nine times in ten and in 11 s once: expected back in 2 s (2 steps), kept
+    for the 11 s quantile."""
+    cache = paused_cache(make_cache)
+    continuations = cache.intake.continuations
+    continuations.step_s = 1.0
+    for seconds in [1.0] * 9 + [11.0]:
+        continuations.durations.observe("default", "search", seconds)
+    cache.pause(SESSION, ["search"])
+    kept = continuations.get(SESSION)
+    assert cache.hints.steps(kept.ref) == 2.0
+    assert kept.deadline - kept.paused_at == pytest.approx(11.0 * DEADLINE_SLACK + DEADLINE_GRACE_S)
+
+
+def test_an_overdue_pause_sinks_below_those_due_soon(make_cache, clock):
+    """Past every observed pause of its tool, a conversation is expected to last as long again as
+    it ran: it ranks far, not as due now."""
+    cache = paused_cache(make_cache)
+    continuations = cache.intake.continuations
+    continuations.step_s = 1.0
+    for seconds in (1.0, 2.0, 3.0):
+        continuations.durations.observe("default", "search", seconds)
+    cache.pause(SESSION, ["search"])
+    kept = continuations.get(SESSION)
+    assert kept.remaining_s(0.0) == pytest.approx(2.0) and kept.remaining_s(2.5) == pytest.approx(0.5)
+    clock.now += 4.0  # past every observed pause (its deadline is 3 s x 1.5 + 1 s)
+    cache.expire()
+    assert cache.hints.steps(kept.ref) == 4.0
+
+
+def test_a_paused_agent_s_fixed_prefix_counts_once_in_its_namespace_s_cap(make_cache):
+    """The conversation's first 16 tokens are the agent's fixed prefix: agent and conversation
+    hold 24 tokens, within a 24-token cap (counted twice, 40, the conversation lost protection)."""
+    def paused_agent(cap: int):
+        cache = make_cache(device_tokens=64, namespace_cap_tokens=cap)
+        hint = KVFlowHint(workflow_id="w", agent="coder")
+        request = AgentRequest(CONVERSATION[:20], hint, fixed_prefix_tokens=16)
+        turn(cache, CONVERSATION[:20], CONVERSATION[20:] + [0], request)
+        cache.pause(("default", "w/coder"), ["search"])
+        return cache, cache.intake.continuations.get(("default", "w/coder")).ref
+
+    cache, ref = paused_agent(24)
+    assert cache.hints.steps(ref) < math.inf and cache.hints.steps(("default", "coder")) < math.inf
+    assert cache.hints.protected_tokens("default") == 24
+    tight, ref = paused_agent(23)  # one token less: the conversation is out
+    assert tight.hints.steps(ref) == math.inf and tight.hints.protected_tokens("default") == 16

@@ -1,7 +1,8 @@
 """Recording an engine's calls on the brain and replaying them: the same policy reproduces the
 counters exactly, Bélády's offline order never recomputes more, a pool that holds everything
 recomputes exactly the floor (dynamic parts and first uses), and traces the replay cannot follow
-are refused."""
+are refused. The same for a schedule of concurrent requests (``ScheduleRecorder``): Bélády on the
+schedule a run executed."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import random
 
 import pytest
 
-from backends.kvcache import CacheConfig, KVCache
-from backends.kvcache.trace import BrainRecorder, TraceError, replay
+from backends.kvcache import CacheConfig, KVCache, Refused
+from backends.kvcache.trace import BrainRecorder, ScheduleRecorder, TraceError, replay, replay_schedule
 from kvflow_orch.protocol import KVFlowHint
 
 AGENTS = {name: [1000 * (i + 1) + k for k in range(24)] for i, name in enumerate("abcdef")}
@@ -85,3 +86,72 @@ def test_traces_the_replay_cannot_follow_are_refused() -> None:
     incomplete.cache.admit(AGENTS["a"] + [1])
     with pytest.raises(TraceError, match="incomplete"):
         replay(incomplete.events, config)
+
+
+# ---- schedules of concurrent requests -----------------------------------------------------
+def concurrent_run(config: CacheConfig, calls: int = 80, seed: int = 2):
+    """Up to three requests running at once, admitted and released in a random interleaving (the
+    way the simulator and the engine drive reserve/release); refused attempts retried later."""
+    rng = random.Random(seed)
+    cache = KVCache(config, clock=lambda: 0.0)
+    rec = ScheduleRecorder(cache)
+    names, running, sent = list(AGENTS), [], 0
+    while sent < calls or running:
+        if sent < calls and len(running) < 3 and rng.random() < 0.6:
+            agent = rng.choices(names, WEIGHTS)[0]
+            prompt = AGENTS[agent] + [50_000 + 8 * sent + k for k in range(8)]
+            outcome = cache.reserve(prompt, 3)
+            if not isinstance(outcome, Refused):
+                running.append((outcome, prompt + [90_000, 90_001]))
+                sent += 1
+        elif running:
+            reservation, tokens = running.pop(rng.randrange(len(running)))
+            cache.release(reservation, tokens)
+    return cache, rec
+
+
+def test_a_schedule_replayed_with_its_policy_reproduces_the_run_and_belady_never_recomputes_more() -> None:
+    config = CacheConfig(device_tokens=96, policy="lru", prefetch=False)
+    cache, rec = concurrent_run(config)
+    assert any(e[0] == "admit" for e in rec.events) and len(rec.admissions) == 80
+    assert replay_schedule(rec.events, config).stats.as_dict() == cache.stats.as_dict()
+    best = replay_schedule(rec.events, config, belady=True)
+    best.check_integrity()
+    assert best.stats.recomputed_tokens < cache.stats.recomputed_tokens
+    for policy in ("kvflow",):  # and on another policy's own schedule, never more than LRU there
+        other = CacheConfig(device_tokens=96, policy=policy, prefetch=False)
+        _, other_rec = concurrent_run(other, seed=5)
+        lru = replay_schedule(other_rec.events, config).stats.recomputed_tokens
+        assert replay_schedule(other_rec.events, other, belady=True).stats.recomputed_tokens <= lru
+
+
+def test_belady_on_a_tiny_schedule_recomputes_exactly_what_a_hand_count_says() -> None:
+    """A 10-token pool, four-token prompts A B C A B, one at a time (one new token each, nothing
+    generated to keep). C needs room: LRU drops A (oldest), then A's return drops B, so all five
+    compute 4 tokens: 20. Bélády drops B (used after A), A then hits whole (only its last token is
+    computed, and that counts as a hit), B computes 4: 4 + 4 + 4 + 0 + 4 = 16."""
+    config = CacheConfig(device_tokens=10, policy="lru", prefetch=False)
+    cache = KVCache(config, clock=lambda: 0.0)
+    rec = ScheduleRecorder(cache)
+    prompts = {name: [base + k for k in range(4)] for name, base in (("A", 100), ("B", 200), ("C", 300))}
+    for name in "ABCAB":
+        reservation = cache.reserve(prompts[name], 1)
+        cache.release(reservation, prompts[name])
+    assert cache.stats.recomputed_tokens == 20
+    assert replay_schedule(rec.events, config).stats.recomputed_tokens == 20
+    assert replay_schedule(rec.events, config, belady=True).stats.recomputed_tokens == 16
+
+
+def test_schedules_the_replay_cannot_follow_are_refused() -> None:
+    config = CacheConfig(device_tokens=16, policy="lru", prefetch=False)
+    with pytest.raises(TraceError, match="not running"):
+        replay_schedule([("release", 0, (1, 2), None, 0)], config)
+    with pytest.raises(TraceError, match="finds no room"):  # more locked at once than the pool holds
+        replay_schedule([("admit", 0, tuple(range(12)), 1), ("admit", 1, tuple(range(100, 112)), 1)], config)
+    with pytest.raises(ValueError, match="host tier"):
+        replay_schedule([], CacheConfig(device_tokens=16, host_tokens=8))
+    cache = KVCache(config, clock=lambda: 0.0)
+    rec = ScheduleRecorder(cache)
+    with pytest.raises(TraceError, match="did not see"):
+        cache.release(KVCache(config, clock=lambda: 0.0).reserve([1, 2, 3], 1), [1, 2, 3])
+    assert [e[0] for e in rec.events] == []
