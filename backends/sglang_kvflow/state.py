@@ -32,7 +32,7 @@ COUNTERS = INTAKE_COUNTERS + PLUGIN_COUNTERS
 UNSIZED_POOL = 1
 # Options that are brain knobs: they go to the nested CacheConfig under the same names.
 CACHE_OPTIONS = ("prefetch", "prefetch_lookahead", "max_inflight_loads", "hint_ttl_s", "namespace_cap_tokens",
-                 "continuations", "tool_default_s", "step_default_s", "continuation_max_s")
+                 "continuations", "tool_default_s", "tool_cold_hold_s", "step_default_s", "continuation_max_s")
 PLUGIN_OPTIONS = ("reserved_load_slots",)  # the plugin's own
 
 
@@ -50,7 +50,8 @@ class PluginConfig:
     * ``cache``: the brain's :class:`~backends.kvcache.CacheConfig` (validated there). The options
       :data:`CACHE_OPTIONS` (``prefetch``, ``prefetch_lookahead``, ``max_inflight_loads``,
       ``hint_ttl_s``, ``namespace_cap_tokens``, and the continuations' ``continuations``,
-      ``tool_default_s``, ``step_default_s``, ``continuation_max_s``) set its fields of the same names;
+      ``tool_default_s``, ``tool_cold_hold_s``, ``step_default_s``, ``continuation_max_s``) set its fields
+      of the same names;
       ``device_tokens`` is :data:`UNSIZED_POOL` until the scheduler knows its pool (:meth:`sized`), so the default
       namespace cap (half the device pool) applies from then on.
     * ``reserved_load_slots``: load slots (SGLang has 3 layer-done counters) left for demand loads.

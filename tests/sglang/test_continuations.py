@@ -13,13 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from backends.kvcache.continuations import DEADLINE_GRACE_S, DEADLINE_SLACK
+from backends.kvcache.continuations import hold_for
 
 pytestmark = pytest.mark.sglang
 
-TOOL_S = 2.0
+TOOL_S = 2.0  # tool_default_s: what a pause of a tool never observed is expected to last (its rank)
 T0 = 1000.0
-HOLD_S = TOOL_S * DEADLINE_SLACK + DEADLINE_GRACE_S
+HOLD_S = hold_for(TOOL_S)  # tool_cold_hold_s here: how long such a pause is kept (30 s by default)
 CONVERSATION = list(range(1, 21))  # 20 tokens: the agent's prompt (and what it produced)
 
 
@@ -63,7 +63,8 @@ def _continuation_tagged(node) -> bool:
 def _rig(make_rig, **options):
     from backends.sglang_kvflow.state import get_state
 
-    rig = make_rig(size=64, policy="kvflow", hicache=False, policy_config={"tool_default_s": TOOL_S, **options})
+    config = {"tool_default_s": TOOL_S, "tool_cold_hold_s": HOLD_S, **options}
+    rig = make_rig(size=64, policy="kvflow", hicache=False, policy_config=config)
     return rig, get_state()  # the strategy configured the state from the policy config
 
 
@@ -87,7 +88,7 @@ def test_a_paused_session_outlives_other_traffic_and_its_return_reuses_it(make_r
     rig.serve(back)
     assert state.snapshot()["continuations"] == 0  # returned: an ordinary prefix again
     assert not any(_continuation_tagged(n) for n in _path_nodes(rig, CONVERSATION))
-    assert state.intake.continuations.durations.estimate("default", ["search"]) == pytest.approx(1.0)
+    assert state.intake.continuations.durations.estimate("default", ["search"]).expected_s == pytest.approx(1.0)
 
 
 def test_past_the_deadline_a_stamped_message_untags_it_and_leaves_its_recency(make_rig):

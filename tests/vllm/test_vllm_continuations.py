@@ -11,7 +11,7 @@ import json
 import pytest
 
 from backends.kvcache.config import CacheConfig
-from backends.kvcache.continuations import DEADLINE_GRACE_S, DEADLINE_SLACK
+from backends.kvcache.continuations import DEADLINE_SLACK, hold_for
 from backends.pause_watch import ToolCallWatch, session_key
 from backends.vllm_kvflow.routes import pause_session, rewrite_body
 from backends.vllm_kvflow.state import HINT_KEY, SESSION_KEY, KVFlowState, read_session
@@ -19,8 +19,8 @@ from kvflow_orch.protocol import HintError, KVFlowHint
 from vllm_server import HAVE_VLLM, SKIP_REASON
 
 BS = 4
-TOOL_S = 2.0  # tool_default_s: the deadline is TOOL_S * DEADLINE_SLACK + DEADLINE_GRACE_S after the pause
-HOLD_S = TOOL_S * DEADLINE_SLACK + DEADLINE_GRACE_S
+TOOL_S = 2.0  # tool_default_s: what a pause of a tool never observed is expected to last (its rank)
+HOLD_S = hold_for(TOOL_S)  # tool_cold_hold_s here: how long such a pause is kept (30 s by default)
 
 
 class Clock:
@@ -33,7 +33,8 @@ class Clock:
 
 def _state(**options) -> tuple[KVFlowState, Clock]:
     clock = Clock()
-    config = CacheConfig(device_tokens=256, tool_default_s=TOOL_S, namespace_cap_tokens=10**6, **options)
+    config = CacheConfig(device_tokens=256, tool_default_s=TOOL_S, tool_cold_hold_s=HOLD_S, namespace_cap_tokens=10**6,
+                         **options)
     return KVFlowState(config, BS, clock=clock), clock
 
 
@@ -70,7 +71,7 @@ def test_a_plain_session_paused_by_tool_calls_is_kept_reused_then_dropped() -> N
     snap = state.snapshot()
     assert (snap["continuations_reused"], snap["continuations"]) == (1, 0)
     assert not any(_continuation_tagged(state, h) for h in _hashes("c", 3))  # returned: an ordinary prefix again
-    assert state.intake.continuations.durations.estimate("default", ["search"]) == pytest.approx(1.0)
+    assert state.intake.continuations.durations.estimate("default", ["search"]).expected_s == pytest.approx(1.0)
 
 
 def test_past_its_deadline_a_conversation_loses_its_tags_and_counts_expired() -> None:
@@ -86,7 +87,7 @@ def test_past_its_deadline_a_conversation_loses_its_tags_and_counts_expired() ->
     late = _turn(state, "sess-2", _hashes("e", 3))
     assert not late.resumes and state.snapshot()["continuations_reused"] == 0
     # the late return taught the tool's duration all the same: the next deadline is longer
-    assert state.intake.continuations.durations.estimate("default", ["slow_tool"]) > TOOL_S
+    assert state.intake.continuations.durations.estimate("default", ["slow_tool"]).hold_s > HOLD_S
 
 
 def test_a_hints_resume_in_s_keeps_the_conversation_when_the_request_ends() -> None:
