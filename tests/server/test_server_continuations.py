@@ -28,7 +28,7 @@ POOL = {"device_tokens": 1536, "host_tokens": 0}  # no host tier: what is evicte
 
 @pytest.fixture(scope="module")
 def kept() -> Iterator[Served]:
-    with start_server(tool_default_s=60.0, **POOL) as s:  # no deadline passes during the test
+    with start_server(tool_cold_hold_s=600.0, **POOL) as s:  # no deadline passes during the test
         yield s
 
 

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason=SKIP_RE
 
 BLOCK = 128
 POOL_TOKENS = 15 * BLOCK  # 15 usable blocks (the launcher adds vLLM's null block)
-TOOL_DEFAULT_S = 60  # a tool never observed pauses its agent this long: the deadline outlasts the fillers
+COLD_HOLD_S = 600  # a tool never observed keeps its agent's conversation this long: past the fillers
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     flags = ["--device-tokens", str(POOL_TOKENS), "--api-key", "sekret", "--enable-auto-tool-choice",
              "--tool-call-parser", "pythonic"]
     with vllm_server(model, folder / "server.log", flags,
-                     env={CONFIG_ENV: json.dumps({"tool_default_s": TOOL_DEFAULT_S})}) as u:
+                     env={CONFIG_ENV: json.dumps({"tool_cold_hold_s": COLD_HOLD_S})}) as u:
         yield u
 
 
