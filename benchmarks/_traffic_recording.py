@@ -1,7 +1,7 @@
 """A recording proxy for agent-framework traffic, and the recordings it writes.
 
 :func:`truth_proxy` sits on 127.0.0.1 between an app and ``kvflow serve``. An app names the ground
-truth of each request in two headers (:func:`traffic_apps._app.truth`) (set per agent
+truth of each request in two headers (:func:`traffic_apps.shared.truth`) (set per agent
 through its SDK's ``default_headers``); the proxy records the request's exact body with that truth
 and **strips the two headers** before forwarding, so the server sees the plain traffic the app would
 send without them. Records are kept in arrival order (a request is recorded when it arrives, its
@@ -27,7 +27,7 @@ import httpx
 
 from backends.learn.host import reply_of_response
 from backends.learn.requests import session_headers
-from traffic_apps._app import TRUTH_AGENT, TRUTH_SESSION, truth
+from traffic_apps.shared import TRUTH_AGENT, TRUTH_SESSION, truth
 
 __all__ = ["TRUTH_AGENT", "TRUTH_SESSION", "truth", "truth_proxy", "write_records", "read_records"]
 

@@ -15,7 +15,7 @@ arrival order, the truth its app named, the reply it got). Per app:
   requests first: splitting one framework agent in two, or merging two, counts against it), and
   *session linking* on the requests with no session key, the same way with sessions.
 * **Replays**, each on a fresh engine (``kvflow serve``'s app in this process, policy kvflow, no host
-  tier), the requests one at a time in recorded order: *floor* (a pool that never evicts; the
+  tier), the requests one at a time in recorded order: *floor* (a pool that never evicts, checked; the
   tokens any policy must compute), then with a device pool of ``--pool-prompts`` times the
   longest prompt (below the working set of the interleaved sessions): *LRU* (hints removed, no
   learner: the brain sees no hint), *learned* (hints removed, the learner on), *declared* (the
@@ -58,7 +58,6 @@ ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 STEPS = "/kvflow/v1/steps"
 HINT_FIELDS = ("custom_params", "kv_transfer_params")
 DECLARED_APPS = ("instrumented_langgraph",)
-UNBOUNDED = 1 << 20
 
 
 # ---- what a replay sends ----------------------------------------------------------------
@@ -196,6 +195,7 @@ def replay_run(records: list[dict[str, Any]], model: str, pool: int, mode: str) 
         seconds = time.perf_counter() - start
         stats = client.get(url + "/kvflow/v1/stats").json()
     out = {"pool": pool, "requests": len(replies), "recomputed": stats["recomputed_tokens"],
+           "evicted": stats.get("evicted_device_tokens", 0),
            "seconds": round(seconds, 1), "replies_as_recorded": same_as_recorded, "_replies": replies,
            "_events": recorder.events, "_config": config, "max_prompt": max(prompts, default=0),
            "prompt_tokens": sum(prompts)}
@@ -219,7 +219,9 @@ def belady(run: dict[str, Any]) -> int:
 # ---- the run ------------------------------------------------------------------------------
 def app_part(app: str, records: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     acc = accuracy(records)
-    runs = {"floor": replay_run(records, args.model, UNBOUNDED, "floor")}
+    runs = {"floor": replay_run(records, args.model, args.floor_pool, "floor")}
+    if runs["floor"]["evicted"]:
+        raise SystemExit(f"{app}: the floor's pool of {args.floor_pool} tokens evicted: give a larger --floor-pool")
     pool = max(args.min_pool, int(args.pool_prompts * runs["floor"]["max_prompt"]))
     modes = ["lru", "learned"] + (["declared"] if app in DECLARED_APPS else [])
     for mode in modes:
@@ -239,9 +241,11 @@ def verdicts(app: str, part: dict[str, Any]) -> list[tuple[bool | None, str]]:
                                  f"requests with no session key (target >= 95%)")]
     lru, floor, learned = runs["lru"]["recomputed"], runs["floor"]["recomputed"], runs["learned"]["recomputed"]
     bound = lru - 0.5 * (lru - floor)
+    best = runs["belady"]["recomputed"]
     if lru > 1.1 * floor:
+        reach = "" if best <= bound else "; Belady itself is above it: no eviction order reaches it at this pool"
         out.append((learned <= bound, f"{app}: learned recomputes {learned} <= LRU - 0.5 (LRU - floor) = {bound:.0f} "
-                                      f"(LRU {lru}, floor {floor}, Belady {runs['belady']['recomputed']})"))
+                                      f"(LRU {lru}, floor {floor}, Belady {best}{reach})"))
     else:
         out.append((None, f"{app}: LRU {lru} is within 10% of the floor {floor}: no recomputation target"))
     if "declared" in runs:
@@ -251,6 +255,37 @@ def verdicts(app: str, part: dict[str, Any]) -> list[tuple[bool | None, str]]:
     return out
 
 
+def report(results: dict[str, Any], pool_prompts: float) -> bool:
+    """Print the table and the verdicts; True when a target failed."""
+    models = sorted({part["meta"]["model"] for part in results.values()})
+    print(f"\nmodel {', '.join(models)}; device pool {pool_prompts}x each app's longest prompt, no host tier; "
+          "requests one at a time in recorded order\n")
+    print(f"{'app':<24}{'reqs':>5}{'agents':>7}{'attrib':>8}{'link':>7}{'pool':>6}{'floor':>7}{'LRU':>7}"
+          f"{'learned':>8}{'declared':>9}{'Belady':>7}{'target':>8}{'same':>6}")
+    for app, part in results.items():
+        acc, runs = part["accuracy"], part["runs"]
+        lru, floor = runs["lru"]["recomputed"], runs["floor"]["recomputed"]
+        declared = runs.get("declared", {}).get("recomputed", "-")
+        print(f"{app:<24}{acc['requests']:>5}{acc['truth_agents']:>4}/{acc['learned_agents']:<2}"
+              f"{acc['attribution']:>8.1%}{acc['linking']:>7.1%}{part['pool']:>6}{floor:>7}{lru:>7}"
+              f"{runs['learned']['recomputed']:>8}{declared:>9}{runs['belady']['recomputed']:>7}"
+              f"{lru - 0.5 * (lru - floor):>8.0f}{str(part['same_outputs']):>6}")
+    print("\n(recomputed prompt tokens; agents: framework / learned; target: LRU - 0.5 (LRU - floor); same: greedy "
+          "outputs identical in every replay)\n")
+    for app, part in results.items():
+        learned = part["runs"]["learned"]
+        print(f"{app}: learned replay's own attribution {learned['attribution']:.1%}, linking "
+              f"{learned['linking']:.1%}, hints {learned['sources']}; replies as recorded "
+              f"{learned['replies_as_recorded']}/{learned['requests']}; agents {part['accuracy']['agents']}")
+    print()
+    failed = False
+    for app, part in results.items():
+        for ok, text in verdicts(app, part):
+            failed |= ok is False
+            print(f"  {'PASS' if ok else 'FAIL' if ok is False else 'n/a '}  {text}")
+    return failed
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--recordings", type=Path, default=ROOT / "benchmarks" / "results" / "framework-traffic")
@@ -258,8 +293,17 @@ def main() -> int:
     p.add_argument("--model", default=None, help="default: the recordings' model")
     p.add_argument("--pool-prompts", type=float, default=1.5, help="device pool in longest prompts (default 1.5)")
     p.add_argument("--min-pool", type=int, default=512)
+    p.add_argument("--floor-pool", type=int, default=32768,
+                   help="the floor's pool (default 32768 tokens): the run fails if it evicts")
     p.add_argument("--out", type=Path, default=None, help="default: --recordings")
+    p.add_argument("--report", type=Path, nargs="+", default=None, metavar="RESULTS",
+                   help="only print the table and verdicts of earlier runs' results.json files, together")
     args = p.parse_args()
+    if args.report:
+        merged: dict[str, Any] = {}
+        for path in args.report:
+            merged.update(json.loads(path.read_text()))
+        return 1 if report(merged, args.pool_prompts) else 0
     out = args.out or args.recordings
     files = sorted(args.recordings.glob("*.jsonl"))
     if args.apps:
@@ -278,31 +322,7 @@ def main() -> int:
         args.model = args.model or meta["model"]
         results[f.stem] = {"meta": meta, **app_part(f.stem, records, args)}
         print(f"  replayed {f.stem}", flush=True)
-    print(f"\nmodel {args.model}; device pool {args.pool_prompts}x each app's longest prompt, no host tier; "
-          "requests one at a time in recorded order\n")
-    print(f"{'app':<24}{'reqs':>5}{'agents':>7}{'attrib':>8}{'link':>7}{'pool':>6}{'floor':>7}{'LRU':>7}"
-          f"{'learned':>8}{'declared':>9}{'Belady':>7}{'target':>8}{'same':>6}")
-    for app, part in results.items():
-        acc, runs = part["accuracy"], part["runs"]
-        lru, floor = runs["lru"]["recomputed"], runs["floor"]["recomputed"]
-        declared = runs.get("declared", {}).get("recomputed", "-")
-        print(f"{app:<24}{acc['requests']:>5}{acc['truth_agents']:>4}/{acc['learned_agents']:<2}"
-              f"{acc['attribution']:>8.1%}{acc['linking']:>7.1%}{part['pool']:>6}{floor:>7}{lru:>7}"
-              f"{runs['learned']['recomputed']:>8}{declared:>9}{runs['belady']['recomputed']:>7}"
-              f"{lru - 0.5 * (lru - floor):>8.0f}{str(part['same_outputs']):>6}")
-    print("\n(agents: framework / learned; target: LRU - 0.5 (LRU - floor); same: greedy outputs identical "
-          "in every replay)\n")
-    for app, part in results.items():
-        learned = part["runs"]["learned"]
-        print(f"{app}: learned replay's own attribution {learned['attribution']:.1%}, linking "
-              f"{learned['linking']:.1%}, hints {learned['sources']}; replies as recorded "
-              f"{learned['replies_as_recorded']}/{learned['requests']}; agents {part['accuracy']['agents']}")
-    print()
-    failed = False
-    for app, part in results.items():
-        for ok, text in verdicts(app, part):
-            failed |= ok is False
-            print(f"  {'PASS' if ok else 'FAIL' if ok is False else 'n/a '}  {text}")
+    failed = report(results, args.pool_prompts)
     print(f"\nuptime after: {load()}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from _app import parser, report, run_sessions, served_model, truth
+from shared import parser, report, run_sessions, served_model, truth
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat

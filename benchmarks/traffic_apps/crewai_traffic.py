@@ -18,7 +18,7 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # no network here for
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
-from _app import parser, report, run_sessions, served_model, truth
+from shared import parser, report, run_sessions, served_model, truth
 from crewai import LLM, Agent, Crew, Process, Task
 from crewai.llms.providers.openai.completion import OpenAICompletion
 

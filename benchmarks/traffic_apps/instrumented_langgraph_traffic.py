@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _app import parser, report, run_sessions, served_model, truth
+from shared import parser, report, run_sessions, served_model, truth
 from langchain_openai import ChatOpenAI
 
 from kvflow_orch.langgraph import async_http_client, handler_of, http_client, instrument

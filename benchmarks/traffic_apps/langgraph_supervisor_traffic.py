@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import warnings
 
-from _app import parser, report, run_sessions, served_model, truth
+from shared import parser, report, run_sessions, served_model, truth
 from langchain_openai import ChatOpenAI
 from langgraph.errors import GraphRecursionError
 from langgraph_supervisor import create_supervisor
-from langgraph_supervisor_app import add, get_weather  # tests/frameworks/apps' tools (on the path via _app)
+from langgraph_supervisor_app import add, get_weather  # tests/frameworks/apps' tools (on the path via shared)
 
 with warnings.catch_warnings():  # create_react_agent moved in LangGraph 1.x; langgraph-supervisor still uses it
     warnings.simplefilter("ignore")

@@ -4,7 +4,7 @@ tool, several users at once (Chat Completions API: the route the learner reads).
     python openai_agents_traffic.py --base-url http://127.0.0.1:8000/v1 [--sessions N] [--max-tokens 32]
 
 Each agent of each session has its own ``AsyncOpenAI`` client carrying the truth headers
-(``_app.truth``). The triage agent must call a tool (the handoff); the weather agent must call
+(``shared.truth``). The triage agent must call a tool (the handoff); the weather agent must call
 ``get_weather`` first (the SDK then resets ``tool_choice`` and lets it answer). A run stops at
 ``max_turns`` at the latest.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-from _app import parser, report, run_sessions, served_model, truth
+from shared import parser, report, run_sessions, served_model, truth
 from agents import (Agent, MaxTurnsExceeded, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool,
                     set_tracing_disabled)
 from openai import AsyncOpenAI
