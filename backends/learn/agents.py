@@ -13,6 +13,13 @@ the fingerprint robust to text that changes from call to call inside a system pr
   apart is never taken for dynamic text), and (b) is at least half of the agent's stable prefix or
   ``min_shared_chars`` long. The agent's stable prefix then shrinks to what is shared.
 
+**A follow-up call without tools** is the agent that made the tool call: frameworks drop the tools
+block on the call that reads a tool's result (AutoGen's ``reflect_on_tool_use``), so a chat request
+with no tools whose masked lead is, exactly, a lead an agent with tools sent (same model)
+belongs to that agent. Only where that is unambiguous: when agents with different tools send the
+same lead, a call without tools cannot say whose it is and stays an agent of its own; and an agent
+without tools seen with that lead first keeps its calls (agents are never merged after the fact).
+
 A lead that shares too little (dynamic text near its start) makes a new agent: bounded, never an
 error. Names are readable: the first words of the role ("You are a Senior Research Analyst." ->
 ``senior-research-analyst``), made unique with ``-2``, ``-3``...
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 
 from backends.kvcache.bounded import BoundedLRU
 
-from .requests import RequestView, digest
+from .requests import NO_TOOLS, RequestView, digest
 
 __all__ = ["AgentRegistry", "agent_name_of"]
 
@@ -55,6 +62,9 @@ class AgentRegistry:
         self._groups: BoundedLRU[bytes, BoundedLRU[str, _Template]] = BoundedLRU(max_agents)
         self._live: BoundedLRU[str, _Template] = BoundedLRU(max_agents)
         self._next_suffix: BoundedLRU[str, int] = BoundedLRU(max_agents)
+        self._tooled: BoundedLRU[bytes, tuple[bytes, str] | None] = BoundedLRU(max_agents)
+        """Latest masked leads of agents with tools, by model: the agent, or None where agents with
+        different tools sent it (a call without tools and that lead is nobody's follow-up then)."""
 
     def identify(self, view: RequestView) -> str:
         """The agent of ``view`` (learned on the way: a new agent, or a shorter stable prefix)."""
@@ -71,6 +81,9 @@ class AgentRegistry:
         if name is not None and group is not None and name in group and name in self._live:
             self._verbatim.put(verbatim, (group_key, name))
             return self._seen(group_key, group, group[name])
+        lead_key = digest(view.model, lead)
+        if view.tools == NO_TOOLS and (followed := self._follow_up(lead_key)) is not None:
+            return followed
         if group is None:
             group = BoundedLRU(self.max_per_group)
         template = self._joined(group, lead)
@@ -78,6 +91,9 @@ class AgentRegistry:
             template = _Template(self._unique(agent_name_of(view.lead)), lead)
         self._exact.put(exact_key, template.name)
         self._verbatim.put(verbatim, (group_key, template.name))
+        if view.tools != NO_TOOLS and view.completion is None:
+            mine = (group_key, template.name)
+            self._tooled.put(lead_key, mine if self._tooled.get(lead_key, mine) == mine else None)
         return self._seen(group_key, group, template)
 
     def __len__(self) -> int:
@@ -88,6 +104,16 @@ class AgentRegistry:
         return [(t.name, t.requests, len(t.stable)) for t in (v for _, v in self._live.items())]
 
     # ---- internal helpers ----------------------------------------------------------------
+    def _follow_up(self, lead_key: bytes) -> str | None:
+        """The agent with tools whose latest lead this call without tools repeats, when exactly one
+        does (module docstring). Looked up on every such call, not cached verbatim: another agent with
+        other tools may send the same lead later, and the call is nobody's from then on."""
+        owner = self._tooled.get(lead_key)
+        group = self._groups.get(owner[0]) if owner is not None else None
+        if owner is None or group is None or owner[1] not in group or owner[1] not in self._live:
+            return None
+        return self._seen(owner[0], group, group[owner[1]])
+
     def _joined(self, group: BoundedLRU[str, _Template], lead: str) -> _Template | None:
         """The agent of ``group`` that ``lead`` belongs to by the boundary rule (shrinking its
         stable prefix), or None."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-__all__ = ["RequestView", "read_chat", "read_completion", "digest", "turn_key", "session_headers",
+__all__ = ["RequestView", "NO_TOOLS", "read_chat", "read_completion", "digest", "turn_key", "session_headers",
            "SESSION_KEY_FIELDS", "SESSION_KEY_HEADERS"]
 
 SESSION_KEY_FIELDS = ("prompt_cache_key", "metadata.session_id", "metadata.conversation_id", "metadata.thread_id")
@@ -203,7 +203,7 @@ def _tools_key(tools: Any) -> int:
     gives the same key; any other shape is read field by field. A tool set always takes the same
     path, so its key is stable either way."""
     if not tools:
-        return _NO_TOOLS
+        return NO_TOOLS
     try:
         return hash(("chat", tuple([_shape(tool["function"]) for tool in tools])))
     except (TypeError, KeyError, AttributeError):
@@ -232,7 +232,8 @@ def _shape(fn: dict[str, Any]) -> tuple[Any, tuple[tuple[str, Any], ...], tuple[
 
 
 _EMPTY: dict[str, Any] = {}
-_NO_TOOLS = hash(("chat", ()))
+NO_TOOLS = hash(("chat", ()))
+"""The tools key of a chat request that offers no tools."""
 
 
 def _model(body: Mapping[str, Any]) -> str:

@@ -11,7 +11,9 @@ to an earlier request's session, strongest evidence first:
 2. it **carries an earlier reply**: a line of an earlier reply (24 characters or more), or the id of
    a tool call it made, appears in one of its messages (CrewAI hands a task's output to the next
    task in the prompt; group chats pass every reply on); the session with most such lines wins.
-   The request is read back from its end, a bounded amount;
+   A line is kept for the last few sessions whose replies had it (a small model gives several
+   users the same reply): on a tie the session the request's first message names wins (rule 3's
+   evidence), then the latest. The request is read back from its end, a bounded amount;
 3. it shares only its first message with an earlier request (one task handed to several agents).
 
 Otherwise it starts a session. Sessions are bounded in number and expire after ``ttl_s`` without a
@@ -36,6 +38,7 @@ __all__ = ["Session", "SessionTable", "MIN_LINE_CHARS"]
 MIN_LINE_CHARS = 24
 _LINES_PER_REPLY = 8
 _LINES_PER_REQUEST = 128
+_SESSIONS_PER_LINE = 4
 _SCAN_TURNS = 32
 """Messages read back from a request's end: how far a request may extend an earlier one (a reply,
 tool results, a user turn) and where echoed tool call ids are looked for."""
@@ -67,7 +70,8 @@ class SessionTable:
         self._sessions: BoundedLRU[str, Session] = BoundedLRU(max_sessions)
         self._by_key: BoundedLRU[bytes, str] = BoundedLRU(max_sessions)
         self._by_turns: BoundedLRU[int, str] = BoundedLRU(max_index)
-        self._by_line: BoundedLRU[int, str] = BoundedLRU(max_index)
+        self._by_line: BoundedLRU[int, tuple[str, ...]] = BoundedLRU(max_index)
+        """Sessions whose replies had a line (or made a tool call), the latest last."""
         self._ended: list[Session] = []
         self._serial = 0
 
@@ -103,11 +107,12 @@ class SessionTable:
             return
         if link is not None:
             self._by_turns.put(_depth_key(link[0], link[1] + 1, reply_turn), session_id)
-        for line in _lines(reply_text)[:_LINES_PER_REPLY]:
-            self._by_line.put(hash(line), session_id)
-        for call_id in call_ids:
-            if call_id:
-                self._by_line.put(hash(("call", call_id)), session_id)
+        keys = [hash(line) for line in _lines(reply_text)[:_LINES_PER_REPLY]]
+        keys += [hash(("call", call_id)) for call_id in call_ids if call_id]
+        for key in keys:
+            had = self._by_line.get(key, ())
+            if session_id not in had:
+                self._by_line.put(key, (*had, session_id)[-_SESSIONS_PER_LINE:])
 
     def expire(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
@@ -135,13 +140,13 @@ class SessionTable:
                     return sid
         votes: Counter[str] = Counter()
         for key in self._carried(view):
-            sid = self._by_line.get(key)
-            if sid in self._sessions:
-                votes[sid] += 1
+            for sid in self._by_line.get(key, ()):
+                if sid in self._sessions:
+                    votes[sid] += 1
+        first = self._by_turns.get(_first_key(link[0])) if link is not None else None
         if votes:
-            return max(votes, key=lambda s: (votes[s], self._sessions[s].last_seen))
-        sid = self._by_turns.get(_first_key(link[0])) if link is not None else None
-        return sid if sid in self._sessions else None
+            return max(votes, key=lambda s: (votes[s], s == first, self._sessions[s].last_seen))
+        return first if first in self._sessions else None
 
     @staticmethod
     def _carried(view: RequestView) -> list[int]:

@@ -23,12 +23,10 @@ served the records.
 from __future__ import annotations
 
 import json
-import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -37,7 +35,7 @@ from starlette.routing import Route
 from backends.server import openai_models as api
 from backends.server import responses_models as rm
 from backends.server import tool_calls
-from framework_runs import free_port
+from framework_runs import app_on_loopback
 
 __all__ = ["recording_proxy", "repeat_calls", "cached_share"]
 
@@ -76,17 +74,8 @@ def recording_proxy(upstream: str) -> Iterator[tuple[str, list[dict[str, Any]]]]
         return Response(reply.content, status_code=reply.status_code, headers=keep)
 
     app = Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST", "HEAD"])])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        threading.Event().wait(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}", records
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with app_on_loopback(app) as url:
+        yield url, records
 
 
 # ---- what a call shares with its agent's previous one -----------------------------------

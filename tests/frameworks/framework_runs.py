@@ -36,6 +36,31 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
+def app_on_loopback(app: object, timeout_s: float = 300) -> Iterator[str]:
+    """An ASGI ``app`` served by uvicorn on a free 127.0.0.1 port in a thread of this process (its
+    lifespan run: an engine it manages starts and stops with it); yields its root URL."""
+    import threading
+    import time
+
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the app on port {port} did not start")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=120)
+
+
+@contextlib.contextmanager
 def kvflow_serve(flags: Sequence[str], log: Path, timeout_s: float = 300) -> Iterator[str]:
     """``kvflow serve FLAGS`` as a subprocess on 127.0.0.1 (this worktree's code); yields its root URL."""
     from backends.vllm_kvflow.launcher import running  # the generic "start, wait for /health, stop" helper

@@ -59,6 +59,51 @@ def test_agents_that_share_boilerplate_stay_apart_and_tools_and_model_count() ->
     assert learner.observe(chat(None, ("user", "no system prompt at all"))).agent == "agent"
 
 
+def _tool(name: str, prop: str) -> list[dict]:
+    return [{"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {prop: {"type": "string"}}, "required": [prop]}}}]
+
+
+def test_a_follow_up_call_without_tools_is_the_agent_that_made_the_tool_call() -> None:
+    """AutoGen's reflect_on_tool_use: the critic calls its tool, then reads the result in a second
+    call of the same system prompt with no tools (the shape recorded in
+    benchmarks/results/framework-traffic/autogen.jsonl)."""
+    learner = TrafficLearner()
+    writer_prompt = "You write one short sentence about the topic you are given."
+    critic_prompt = "You check the writer's sentence: count its words with the tool, then say whether it is short."
+    writer = learner.observe(chat(writer_prompt, ("user", "Topic 1"))).agent
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "word_count", "arguments": "{}"}}]}
+    critic = learner.observe(chat(critic_prompt, ("user", "Topic 1"), tools=_tool("word_count", "text"))).agent
+    reflect = chat(critic_prompt, ("user", "Topic 1"))
+    reflect["messages"] += [call, {"role": "tool", "tool_call_id": "call_1", "content": "9"}]
+    assert learner.observe(reflect).agent == critic  # was a second agent (critic + "-2")
+    assert learner.observe(chat(writer_prompt, ("user", "Topic 2"))).agent == writer
+    assert {a["name"] for a in learner.graph()["agents"]} == {writer, critic}
+    # the same prompt under another model is another agent's
+    assert learner.observe(chat(critic_prompt, ("user", "x"), model="m2")).agent != critic
+
+
+def test_a_call_without_tools_is_nobodys_follow_up_where_it_could_be_two_agents() -> None:
+    learner = TrafficLearner()
+    shared = "You are an assistant. Use your tool when it helps, then answer in one sentence."
+    a = learner.observe(chat(shared, ("user", "q"), tools=_tool("search", "query"))).agent
+    b = learner.observe(chat(shared, ("user", "q"), tools=_tool("calculator", "expression"))).agent
+    plain = learner.observe(chat(shared, ("user", "q"))).agent
+    assert len({a, b, plain}) == 3  # two agents share the prompt: a call without tools cannot say whose
+    # an agent first seen with tools, followed, then a second agent with other tools and its lead
+    learner = TrafficLearner()
+    a = learner.observe(chat(shared, ("user", "q"), tools=_tool("search", "query"))).agent
+    assert learner.observe(chat(shared, ("user", "r"))).agent == a
+    b = learner.observe(chat(shared, ("user", "q"), tools=_tool("calculator", "expression"))).agent
+    assert learner.observe(chat(shared, ("user", "s"))).agent not in (a, b)
+    # an agent without tools seen first keeps its calls
+    learner = TrafficLearner()
+    plain = learner.observe(chat(shared, ("user", "q"))).agent
+    tooled = learner.observe(chat(shared, ("user", "q"), tools=_tool("search", "query"))).agent
+    assert tooled != plain and learner.observe(chat(shared, ("user", "t"))).agent == plain
+
+
 def test_sessions_by_client_keys() -> None:
     learner = TrafficLearner()
     sids = {}
@@ -103,6 +148,23 @@ def test_sessions_by_content_extension_and_carried_reply() -> None:
             {"id": "call_abc123", "type": "function", "function": {"name": "weather", "arguments": "{ }"}}]},
         {"role": "tool", "tool_call_id": "call_abc123", "content": "sunny"}]})
     assert echoed.session_id == tool_req.session_id
+
+
+def test_a_reply_two_sessions_both_got_links_by_the_task_they_share() -> None:
+    """AutoGen's round robin at small-model scale: two users' writers reply the same sentence, and
+    each critic gets its task and that sentence as user messages (the shape recorded in
+    benchmarks/results/framework-traffic/autogen.jsonl). The carried line names both sessions; the
+    task (the first message) tells them apart, whichever session replied last."""
+    learner = TrafficLearner()
+    same = "Caching for agents is a game-changer for agent workflows."
+    writers = []
+    for topic in ("Topic 1: caching for agents.", "Topic 2: caching for agents."):
+        writers.append(learner.observe(chat(WRITER, ("user", topic))))
+        learner.reply(writers[-1], {"content": same})
+    assert writers[0].session_id != writers[1].session_id
+    for topic, writer in zip(("Topic 1: caching for agents.", "Topic 2: caching for agents."), writers, strict=True):
+        critic = learner.observe(chat(RESEARCHER, ("user", topic), ("user", same)))
+        assert critic.session_id == writer.session_id  # was the last replier's for both
 
 
 def test_sessions_expire_and_are_bounded_and_end_their_workflows() -> None:
