@@ -8,6 +8,8 @@ Rules:
 * A hint or a steps update *replaces* the step map of its workflow (the orchestrator re-sends the
   steps of every agent each time). A hint's calling agent gets 0 when its map omits it: it runs now.
 * An agent's steps = min over every live workflow of its namespace that names it; ``inf`` when none.
+* Every hint or steps update of a workflow marks it as *advanced* (a sequence number,
+  :meth:`HintTable.advanced`): the eviction order's tie-break across workflows (:func:`.policy.kvflow_key`).
 * A workflow is forgotten on ``done`` or when it has not been updated for ``ttl_s`` seconds;
   :meth:`HintTable.expire` applies the TTL (cheap; callers run it before decisions).
 * Memory: at most ``max_workflows`` workflows and ``max_entries`` (workflow, agent) step entries in
@@ -61,10 +63,11 @@ class HintTable:
         self.clock = clock
         self.cap_tokens = cap_tokens
         self.version = 0
-        # (ns, wf) -> (last update time, {agent: steps}), oldest update first; weighed by the
-        # step-map size, so the bound on entries holds over all workflows together.
-        self._workflows: BoundedLRU[tuple[str, str], tuple[float, dict[str, float]]] = BoundedLRU(
+        # (ns, wf) -> (last update time, {agent: steps}, advance number), oldest update first;
+        # weighed by the step-map size, so the bound on entries holds over all workflows together.
+        self._workflows: BoundedLRU[tuple[str, str], tuple[float, dict[str, float], int]] = BoundedLRU(
             max_workflows, max_entries, weigh=lambda entry: len(entry[1]))
+        self._advances = 0  # hints and steps updates applied so far: each workflow's latest is its entry's
         # (ns, agent) -> {wf: steps}: the index that makes the min over workflows cheap.
         self._by_agent: dict[AgentRef, dict[str, float]] = {}
         self._ns_agents: dict[str, set[str]] = {}  # namespace -> agents named by a live workflow
@@ -97,7 +100,8 @@ class HintTable:
         self.expire()
         key = (namespace, workflow_id)
         self._drop_workflow(key)
-        forgotten = self._workflows.put(key, (self.clock(), clean))
+        self._advances += 1
+        forgotten = self._workflows.put(key, (self.clock(), clean, self._advances))
         for agent, value in clean.items():
             self._by_agent.setdefault((namespace, agent), {})[workflow_id] = value
             self._ns_agents.setdefault(namespace, set()).add(agent)
@@ -209,6 +213,21 @@ class HintTable:
         """Min over live workflows, ignoring the namespace cap; ``inf`` when no workflow names it."""
         per = self._by_agent.get(ref)
         return min(per.values()) if per else INF
+
+    def advanced(self, ref: AgentRef) -> int:
+        """When the workflow that gives ``ref`` its :meth:`raw_steps` last advanced: the sequence
+        number of its latest hint or steps update (larger is later; of several workflows at that
+        min, the earliest); 0 when no workflow names ``ref``.
+
+        Steps count a workflow's own steps from the one it runs now, and concurrent workflows run
+        their steps side by side: of two agents at equal steps, the one whose workflow began its
+        current step earlier runs first. So among equal steps the brain evicts the agent of the
+        workflow that advanced last (:func:`.policy.kvflow_key`)."""
+        per = self._by_agent.get(ref)
+        if not per:
+            return 0
+        low = min(per.values())
+        return min(self._workflows.get((ref[0], wf))[2] for wf, value in per.items() if value == low)
 
     def steps(self, ref: AgentRef) -> float:
         """Effective steps: :meth:`raw_steps`, or ``inf`` when the namespace cap removed protection."""

@@ -33,19 +33,33 @@ def node_steps(tags: Collection[AgentRef] | None, steps_of: Callable[[AgentRef],
     return min(steps_of(ref) for ref in tags)
 
 
-def kvflow_key(tags: Collection[AgentRef] | None, hints: HintTable, last_access: float) -> tuple[int, float, float]:
+def kvflow_key(tags: Collection[AgentRef] | None, hints: HintTable,
+               last_access: float) -> tuple[int, float, int, float]:
     """The KVFlow eviction key of a node tagged with ``tags``; smaller is evicted first.
 
     Order: untagged nodes (dynamic suffixes), LRU among them; then tagged nodes without
     protection: steps ``None``/inf first, then agents the namespace cap unprotected, by
-    descending steps; then protected tagged nodes by descending steps. Ties go LRU.
+    descending steps; then protected tagged nodes by descending steps. Equal steps: the agent of
+    the workflow that advanced last goes first (:meth:`HintTable.advanced`: concurrent workflows
+    step side by side, so of equal steps the workflow that began its current step last reaches
+    its agent last); then LRU (always within one workflow).
     """
     if not tags:
-        return (TIER_UNTAGGED, 0.0, last_access)
+        return (TIER_UNTAGGED, 0.0, 0, last_access)
     steps = node_steps(tags, hints.steps)
     if steps == math.inf:
-        return (TIER_UNHINTED, -node_steps(tags, hints.raw_steps), last_access)
-    return (TIER_HINTED, -steps, last_access)
+        raw = node_steps(tags, hints.raw_steps)
+        return (TIER_UNHINTED, -raw, -_advanced(tags, hints, hints.raw_steps, raw), last_access)
+    return (TIER_HINTED, -steps, -_advanced(tags, hints, hints.steps, steps), last_access)
+
+
+def _advanced(tags: Collection[AgentRef], hints: HintTable, steps_of: Callable[[AgentRef], float],
+              steps: float) -> int:
+    """Of the tags that give a node its ``steps``, the earliest workflow advance (the least
+    evictable reading); 0 without finite steps."""
+    if steps == math.inf:
+        return 0
+    return min(hints.advanced(ref) for ref in tags if steps_of(ref) == steps)
 
 
 class EvictionPolicy(ABC):

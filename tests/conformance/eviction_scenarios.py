@@ -65,6 +65,14 @@ def _scenarios() -> tuple[Scenario, ...]:
             ops=(*calls("BCA", {"A": 2, "B": 2, "C": 2}), Call("P", suffix=0), Pressure(6)),
             survivors=frozenset("A")),
         Scenario(
+            "equal_steps_across_workflows_evict_the_one_that_advanced_last",
+            "equal steps in two workflows: the agent of the workflow whose latest hint or update "
+            "came last goes first (it reaches that step last); LRU within a workflow",
+            pool_blocks=7, prompts=AGENTS,
+            ops=(Call("A", {"A": 2}, workflow="w1"), Call("B", {"B": 2}, workflow="w2"),
+                 Call("C", {"A": 2, "C": 2}, workflow="w1"), Pressure(5)),
+            survivors=frozenset("B")),
+        Scenario(
             "fractional_steps_order_as_numbers",
             "fractional (expected) steps order as numbers: 2.75 goes before 2.5",
             pool_blocks=7, prompts=AGENTS,

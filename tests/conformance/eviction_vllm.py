@@ -74,17 +74,17 @@ class VLLMSession:
         self.hasher = get_request_block_hasher(BLOCK, sha256)
         self.ids = (f"r{i}" for i in itertools.count())
 
-    def _request(self, tokens: Sequence[int], kv_transfer_params: dict | None) -> Any:
+    def _request(self, tokens: Sequence[int], kv_transfer_params: dict | None, max_tokens: int = 1) -> Any:
         from vllm.sampling_params import SamplingParams
         from vllm.v1.request import Request
 
         extra = {"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None
-        params = SamplingParams(max_tokens=1, extra_args=extra)
+        params = SamplingParams(max_tokens=max_tokens, extra_args=extra)
         return Request(next(self.ids), list(tokens), params, None, block_hasher=self.hasher)
 
-    def request(self, tokens: Sequence[int], hint: KVFlowHint | None, fixed_tokens: int | None) -> None:
-        from vllm.v1.outputs import ModelRunnerOutput
-
+    def _hinted(self, tokens: Sequence[int], hint: KVFlowHint | None, fixed_tokens: int | None,
+                max_tokens: int = 1) -> Any:
+        """A request with ``hint`` where the API server puts it (``None``: a plain request)."""
         from backends.vllm_kvflow.routes import rewrite_body
         from backends.vllm_kvflow.state import PREFIX_TOKENS_KEY
 
@@ -94,14 +94,44 @@ class VLLMSession:
             if fixed_tokens is not None:
                 body["kv_transfer_params"] = {PREFIX_TOKENS_KEY: fixed_tokens}
             params = rewrite_body(body, "/v1/completions", None)["kv_transfer_params"]
-        req = self._request(tokens, params)
-        self.scheduler.add_request(req)
+        return self._request(tokens, params, max_tokens)
+
+    def _step(self) -> Any:
+        """One engine step: every scheduled request whose prompt is done samples one token."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
         out = self.scheduler.schedule()
-        assert req.request_id in out.num_scheduled_tokens, "vLLM did not schedule the request (pool too small?)"
+        ids = list(out.num_scheduled_tokens)
+        sampled = [[0] if (r := self.scheduler.requests[i]).num_computed_tokens + out.num_scheduled_tokens[i]
+                   >= r.num_prompt_tokens else [] for i in ids]
         self.scheduler.update_from_output(out, ModelRunnerOutput(
-            req_ids=[req.request_id], req_id_to_index={req.request_id: 0}, sampled_token_ids=[[0]],
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled,
             logprobs=None, prompt_logprobs_dict={}, pooler_output=[]))
+        return out
+
+    def request(self, tokens: Sequence[int], hint: KVFlowHint | None, fixed_tokens: int | None) -> None:
+        req = self._hinted(tokens, hint, fixed_tokens)
+        self.scheduler.add_request(req)
+        out = self._step()
+        assert req.request_id in out.num_scheduled_tokens, "vLLM did not schedule the request (pool too small?)"
         assert req.request_id not in self.scheduler.requests, "the one-token request did not finish"
+
+    def start(self, tokens: Sequence[int], hint: KVFlowHint | None, fixed_tokens: int | None) -> tuple[Any, int]:
+        """Admit a request and run engine steps until its prompt is computed (other running
+        requests decode meanwhile); it keeps its blocks until :meth:`finish`. Returns it with the
+        prompt tokens it hit in the cache."""
+        req = self._hinted(tokens, hint, fixed_tokens, max_tokens=_MAX_LEN)
+        before = self.scheduler.kvflow.stats.device_hit_tokens
+        self.scheduler.add_request(req)
+        while req.num_computed_tokens < req.num_prompt_tokens:
+            assert self._step().num_scheduled_tokens, "vLLM scheduled nothing (pool too small?)"
+        return req, self.scheduler.kvflow.stats.device_hit_tokens - before
+
+    def finish(self, req: Any) -> None:
+        """End a started request (its reply is complete): its blocks go to the free queue."""
+        from vllm.v1.request import RequestStatus
+
+        self.scheduler.finish_requests(req.request_id, RequestStatus.FINISHED_STOPPED)
 
     def apply_steps(self, update: StepsUpdate) -> None:
         assert self.scheduler.kvflow_call("steps", update.model_dump(mode="json")) == {"ok": True}

@@ -65,7 +65,37 @@ def test_infinite_steps_rank_after_untagged_before_finite():
     assert untagged[0] == TIER_UNTAGGED and unhinted[0] == unknown[0] == TIER_UNHINTED
     assert untagged < unhinted < hinted
     ties = sorted([kvflow_key({("ns", "near")}, hints, t) for t in (5, 3, 4)])
-    assert [k[2] for k in ties] == [3, 4, 5]  # equal steps: least recently used first
+    assert [k[-1] for k in ties] == [3, 4, 5]  # equal steps: least recently used first
+
+
+def test_equal_steps_across_workflows_evict_the_workflow_that_advanced_last():
+    """paper_x2 on vLLM: two 4-agent cycles in flight. app1 started s00 (its s03 is 3 steps away),
+    then app0 started s01 (its just-finished s00 is 3 steps away too). app1 reaches its s03 first,
+    so app0's s00 goes first although it was used more recently (LRU kept it and lost app1's s03)."""
+    cycle = ("s00", "s01", "s02", "s03")
+    hints = HintTable()
+
+    def call(app: str, agent: str) -> None:
+        at = cycle.index(agent)
+        hints.apply_hint(KVFlowHint(workflow_id="w", namespace=app, agent=agent,
+                                    steps={a: (i - at) % 4 for i, a in enumerate(cycle)}))
+
+    call("app1", "s00")
+    call("app0", "s01")
+    app1_s03 = kvflow_key({("app1", "s03")}, hints, last_access=17)
+    app0_s00 = kvflow_key({("app0", "s00")}, hints, last_access=19)
+    assert app1_s03[:2] == app0_s00[:2] == (TIER_HINTED, -3)
+    assert app0_s00 < app1_s03
+    # A steps update advances its workflow too: app1 now began its step last.
+    hints.apply_steps(StepsUpdate(workflow_id="w", namespace="app1", steps={"s00": 0, "s03": 3}))
+    assert kvflow_key({("app1", "s03")}, hints, 17) < kvflow_key({("app0", "s00")}, hints, 19)
+    # Within one workflow equal steps stay LRU; a node shared across workflows at equal steps
+    # takes the earlier advance (the least evictable reading).
+    hints.set_steps("ns", "w1", {"x": 2, "y": 2})
+    hints.set_steps("ns", "w2", {"z": 2})
+    assert kvflow_key({("ns", "x")}, hints, 1) < kvflow_key({("ns", "y")}, hints, 2)
+    assert kvflow_key({("ns", "x"), ("ns", "z")}, hints, 0) == kvflow_key({("ns", "x")}, hints, 0)
+    assert hints.advanced(("ns", "nobody")) == 0
 
 
 def test_lru_policy_ignores_hints(make_cache):
