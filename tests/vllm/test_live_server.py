@@ -309,4 +309,5 @@ def test_a_plain_agents_conversation_outlives_other_traffic_across_its_tool_call
     assert _cached(plain) == 0, plain["usage"]  # no tool call, no continuation: LRU evicted it
     fresh = _post(url, {"messages": back, "max_tokens": 12, "cache_salt": uuid.uuid4().hex})
     assert _cached(fresh) == 0
-    assert resumed["choices"][0]["message"]["content"] == fresh["choices"][0]["message"]["content"]
+    assert resumed["choices"][0]["message"]["content"] == fresh["choices"][0]["message"]["content"], (
+        resumed["choices"], fresh["choices"])
