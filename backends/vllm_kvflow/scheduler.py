@@ -32,7 +32,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
 from backends.kvcache.intake import IntakeDecision
-from backends.kvcache.lifecycle import MAX_PASSED
+from backends.kvcache.lifecycle import admission_order, passed_over
 from kvflow_orch.protocol import DEFAULT_NAMESPACE, MAX_NAME_LEN, StepsUpdate, check_resume_in_s
 
 from . import POLICY_NAME, UTILITY
@@ -157,15 +157,16 @@ class KVFlowScheduler(Scheduler):
 
     def _admit_first(self, request: Any) -> None:
         """Move a returning continuation to the front of the waiting queue (program-level order),
-        unless a request it would overtake was passed over MAX_PASSED times: the others' wait stays
-        bounded."""
+        in the brain's admission order: not while a request it would overtake was passed over
+        MAX_PASSED times already, so the others' wait stays bounded."""
         waiting = self.waiting
         if request not in waiting:
             return
-        ahead = [r for r in waiting if r is not request]
-        if any(self._passed.get(r.request_id, 0) >= MAX_PASSED for r in ahead):
+        queue = list(waiting)
+        order = admission_order(queue, lambda r: r is request, lambda r: self._passed.get(r.request_id, 0))
+        if order[0] is not request or queue[0] is request:
             return
-        for r in ahead:
+        for r in passed_over(queue, request):
             self._passed[r.request_id] = self._passed.get(r.request_id, 0) + 1
         waiting.remove_request(request)
         waiting.prepend_request(request)
