@@ -21,7 +21,10 @@ until a retention deadline, ranked against the other agents' fixed prompts by wh
   three calls ranks with an agent three steps away. As the pause runs, the time left is what counts
   (:meth:`Continuation.remaining_s`, re-ranked at each deadline sweep once it moved a whole step,
   with what was learned of its tools meanwhile: a cold pause learns from another's return):
-  the mean of what is left of the observed pauses that lasted this long; a pause that has outlasted
+  the mean residual life of the observed pauses after this long, their CDF interpolated between
+  neighbours (:func:`mean_residual_s`: continuous as the pause runs past an observation, where the
+  mean of what is left of those that lasted longer jumps and would rank an older pause farther
+  than a younger one; issue 24, slow tools); a pause that has outlasted
   them all (or a cold estimate) is expected to last as long again as it has run, so an overdue
   conversation sinks below those due soon instead of ranking as due now (an announced one is due
   now once its time came: the client said so). It rides on the
@@ -61,8 +64,9 @@ from .bounded import BoundedLRU
 from .hints import AgentRef, HintTable
 from .prefixes import AgentPrefixes
 
-__all__ = ["SessionRef", "ToolDurations", "PauseEstimate", "hold_for", "Continuation", "Continuations",
-           "CONTINUATION_COUNTERS", "TOOL_WINDOW", "TOOL_QUANTILE", "DEADLINE_SLACK", "DEADLINE_GRACE_S", "STEP_DECAY"]
+__all__ = ["SessionRef", "ToolDurations", "PauseEstimate", "hold_for", "mean_residual_s", "Continuation",
+           "Continuations", "CONTINUATION_COUNTERS", "TOOL_WINDOW", "TOOL_QUANTILE", "DEADLINE_SLACK",
+           "DEADLINE_GRACE_S", "STEP_DECAY"]
 
 P = TypeVar("P")
 
@@ -152,14 +156,13 @@ class Continuation(Generic[P]):
     """The :attr:`ToolDurations.version` its estimate is of."""
 
     def remaining_s(self, elapsed: float) -> float:
-        """Seconds still expected after ``elapsed`` of the pause: the mean of what is left of the
-        observed pauses longer than ``elapsed``; without one (cold, or outlasting them all), the
-        estimate's rest while it lasts, then as long again as it has run. An announced pause is
-        due when the client said, and then due now (within its deadline's slack)."""
-        i = bisect.bisect_right(self.samples, elapsed)
-        if i < len(self.samples):
-            rest = self.samples[i:]
-            return sum(rest) / len(rest) - elapsed
+        """Seconds still expected after ``elapsed`` of the pause: below the longest observed pause,
+        the mean residual life of the observed pauses (:func:`mean_residual_s`); without one (cold,
+        or outlasting them all), the estimate's rest while it lasts, then as long again as it has
+        run. An announced pause is due when the client said, and then due now (within its
+        deadline's slack)."""
+        if self.samples and elapsed < self.samples[-1]:
+            return mean_residual_s(self.samples, elapsed)
         if elapsed < self.expected_s or self.announced:
             return max(0.0, self.expected_s - elapsed)
         return elapsed
@@ -302,6 +305,24 @@ class Continuations(Generic[P]):
         if self.prefixes.get(kept.ref) is None:
             return []  # the registry forgot it already (and returned it for untagging then)
         return self.prefixes.remember(kept.ref, kept.record, 0)
+
+
+def mean_residual_s(samples: Sequence[float], elapsed: float) -> float:
+    """The mean residual life after ``elapsed`` (below the largest sample) of the distribution
+    whose CDF interpolates the ascending ``samples`` linearly: each gap between two neighbours
+    holds an equal share of the mass, spread evenly (one sample: all of it there). Unlike the
+    samples' own step CDF (the mean of those above ``elapsed``, minus it), it is continuous in
+    ``elapsed``: passing a sample does not make a pause suddenly farther than a younger one."""
+    n = len(samples)
+    if n == 1:
+        return max(0.0, samples[0] - elapsed)
+    if elapsed <= samples[0]:
+        return sum(samples[j] + samples[j + 1] for j in range(n - 1)) / (2 * (n - 1)) - elapsed
+    k = bisect.bisect_right(samples, elapsed)  # elapsed lies in the gap [samples[k-1], samples[k])
+    lo, hi = samples[k - 1], samples[k]
+    mass = (hi - elapsed) / (hi - lo)  # in units of one gap's share: the part of its gap left
+    total = mass * (hi - elapsed) / 2 + sum((samples[j] + samples[j + 1]) / 2 - elapsed for j in range(k, n - 1))
+    return total / (mass + n - 1 - k)
 
 
 def _digest(key: str) -> str:

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from backends.kvcache import AgentRequest, Reservation
-from backends.kvcache.continuations import DEADLINE_GRACE_S, DEADLINE_SLACK, TOOL_WINDOW, ToolDurations, hold_for
+from backends.kvcache.continuations import (DEADLINE_GRACE_S, DEADLINE_SLACK, TOOL_WINDOW, ToolDurations, hold_for,
+                                           mean_residual_s)
 from kvflow_orch.protocol import KVFlowHint
 
 CONVERSATION = list(range(100, 124))  # 24 tokens: the paused agent's prompt and reply
@@ -269,7 +270,8 @@ def test_an_overdue_pause_sinks_below_those_due_soon(make_cache, clock):
         continuations.durations.observe("default", "search", seconds)
     cache.pause(SESSION, ["search"])
     kept = continuations.get(SESSION)
-    assert kept.remaining_s(0.0) == pytest.approx(2.0) and kept.remaining_s(2.5) == pytest.approx(0.5)
+    # 2 s expected; at 2.5 s, a quarter of the mass (spread over the 2-3 s gap) is left, 0.25 s on average
+    assert kept.remaining_s(0.0) == pytest.approx(2.0) and kept.remaining_s(2.5) == pytest.approx(0.25)
     clock.now += 4.0  # past every observed pause (its deadline is 3 s x 1.5 + 1 s)
     cache.expire()
     assert cache.hints.steps(kept.ref) == 4.0
@@ -291,3 +293,35 @@ def test_a_paused_agent_s_fixed_prefix_counts_once_in_its_namespace_s_cap(make_c
     assert cache.hints.protected_tokens("default") == 24
     tight, ref = paused_agent(23)  # one token less: the conversation is out
     assert tight.hints.steps(ref) == math.inf and tight.hints.protected_tokens("default") == 16
+
+
+def test_the_mean_residual_life_of_the_observed_pauses_is_continuous_and_that_of_their_spread():
+    """Evenly spread pauses of 5-30 s: the rest expected after 15 s is the uniform's, (30 - 15) / 2,
+    and passing an observed pause moves it by little (the samples' own step CDF jumps there: the
+    mean of those above 14.9 s is 22.5 s, of those above 15.1 s 25 s)."""
+    spread = (5.0, 10.0, 15.0, 20.0, 25.0, 30.0)
+    assert mean_residual_s(spread, 0.0) == pytest.approx(17.5)
+    assert mean_residual_s(spread, 15.0) == pytest.approx(7.5)
+    assert mean_residual_s(spread, 14.9) - mean_residual_s(spread, 15.1) == pytest.approx(0.1)
+    assert mean_residual_s((4.0,), 1.0) == 3.0  # one observation: it is the pause
+
+
+def test_of_two_paused_conversations_the_older_stays_when_both_outlast_an_observed_pause_but_one(make_cache, clock):
+    """A tool observed at 5, 10, ..., 30 s. Conversation A paused 0.2 s before B; 15.1 s into A's
+    pause (14.9 s into B's), A is the sooner back (7.45 s left against 7.55 s), so B goes first.
+    Counting only the observed pauses above each, A's rest was 25 - 15.1 = 9.9 s and B's
+    22.5 - 14.9 = 7.6 s: the older ranked farther the moment it passed the 15 s observation."""
+    cache = make_cache(device_tokens=64)
+    continuations = cache.intake.continuations
+    continuations.step_s = 1.0
+    for seconds in (5.0, 10.0, 15.0, 20.0, 25.0, 30.0):
+        continuations.durations.observe("default", "build", seconds)
+    a, b = CONVERSATION, [t + 100 for t in CONVERSATION]
+    for key, conversation in (("a", a), ("b", b)):
+        turn(cache, conversation[:20], conversation[20:] + [0], AgentRequest(conversation[:20], session=key))
+        cache.pause(("default", key), ["build"])
+        clock.now += 0.2
+    clock.now += 15.1 - 0.4
+    cache.expire()
+    cache.evict_device(24)
+    assert on_device(cache, a) == 24 and on_device(cache, b) == 0
