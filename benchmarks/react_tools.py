@@ -25,9 +25,11 @@ one namespace may protect the whole pool (``namespace_cap_tokens``: the benchmar
   Bélády is that schedule replayed through the brain with Bélády's eviction
   (``backends/kvcache/trace.py``, ``replay_schedule``): every run is compared with the offline
   order on its own schedule (``/ Bélády``). Replayed with the run's own policy LRU's schedule gives
-  back LRU's count exactly (checked, printed). Two bounds on job completion time beside the runs:
-  **best online**, kvflow with continuations told each pause's exact duration (``resume_in_s`` =
-  the tool's real time, ``exact_resume``), and the **floor**, the same requests on a pool that holds
+  back LRU's count exactly (checked, printed). Bounds beside the runs: **best online**, kvflow
+  with continuations told each pause's exact duration (``resume_in_s`` = the tool's real time,
+  ``exact_resume``); **distribution-aware online** (``dist``), kvflow with continuations told each
+  tool's duration distribution but not its samples (``known_durations``: the most that learning
+  the durations can give the ranking); and the **floor**, the same requests on a pool that holds
   everything (no eviction at all: no policy can beat it). **outlasting**: kvflow with continuations
   whose deadline is cut to 2 s (``continuation_max_s``), so every slow tool outlasts it: the
   issue's "no regression where tools outlast their deadline", against kvflow without continuations.
@@ -134,6 +136,7 @@ def sim_part(plans: list[AgentPlan], args: argparse.Namespace) -> dict[str, Any]
 
     results = {name: run_react(plans, system, cost, config(policy, cont)) for name, policy, cont in RUNS}
     results["best-online"] = run_react(plans, system, cost, config("kvflow", True), exact_resume=True)
+    results["dist-online"] = run_react(plans, system, cost, config("kvflow", True), known_durations=True)
     results["outlasting"] = run_react(plans, system, cost, replace(config("kvflow", True), continuation_max_s=2.0))
     everything = sum(len(p.prompt(len(p.outputs) - 1)) + len(p.outputs[-1]) for p in plans)
     results["floor"] = run_react(plans, system, cost, config("lru", False, everything))
@@ -158,6 +161,7 @@ RATIOS = (  # (row key, column title): the summary of one matrix cell
     ("jct_lru_over_best_online", "LRU/best"), ("jct_cont_over_plain", "cont/plain"),
     ("jct_outlasting_over_plain", "outl/plain"), ("cont_over_belady", "cont/Bél"),
     ("plain_over_belady", "plain/Bél"), ("lru_over_belady", "LRU/Bél"), ("best_over_belady", "best/Bél"),
+    ("dist_over_belady", "dist/Bél"),
 )
 
 
@@ -176,6 +180,7 @@ def matrix_row(agents: int, share: float, seed: int, part: dict[str, Any]) -> di
             "jct_outlasting_over_plain": runs["outlasting"]["mean_job_s"] / plain["mean_job_s"],
             "cont_over_belady": vs_belady(cont), "plain_over_belady": vs_belady(plain),
             "lru_over_belady": vs_belady(lru), "best_over_belady": vs_belady(runs["best-online"]),
+            "dist_over_belady": vs_belady(runs["dist-online"]),
             "expired": cont.get("continuations_expired", 0), "runs": runs}
 
 

@@ -13,7 +13,9 @@ With continuations the host reports each tool-call ending (:meth:`KVCache.pause
 <backends.kvcache.KVCache.pause>`), as the server does on parsing a reply; without them the same
 requests run with ``continuations=False``. With ``exact_resume`` each pause is announced with the
 tool's exact duration (``resume_in_s``): the best an online policy can know of a pause, the bound
-beside which the learned durations are judged. Each run records the schedule it executed
+beside which the learned durations are judged. With ``known_durations`` the brain is told each
+tool's distribution instead (:class:`KnownDurations`), not its samples: the distribution-aware
+online ranking, what learning the durations can reach at best. Each run records the schedule it executed
 (:class:`~backends.kvcache.trace.ScheduleRecorder`), for Bélády on that very schedule
 (:func:`~backends.kvcache.trace.replay_schedule`).
 """
@@ -26,6 +28,7 @@ from statistics import mean
 from typing import Any, Sequence
 
 from backends.kvcache import CacheConfig, EvictionPolicy
+from backends.kvcache.continuations import TOOL_WINDOW, ToolDurations
 from backends.kvcache.trace import ScheduleRecorder
 from kvflow_orch.protocol import KVFlowHint, StepsUpdate
 
@@ -34,7 +37,8 @@ from .serving import EngineLimits, ServingSim, SimRequest
 from .systems import System
 from .workloads import random_tokens as sim_tokens
 
-__all__ = ["Tool", "FAST_TOOL", "SLOW_TOOL", "ReactSpec", "AgentPlan", "react_plan", "ReactResult", "run_react"]
+__all__ = ["Tool", "FAST_TOOL", "SLOW_TOOL", "ReactSpec", "AgentPlan", "react_plan", "ReactResult", "KnownDurations",
+           "run_react"]
 
 
 @dataclass(frozen=True)
@@ -124,13 +128,33 @@ class ReactResult:
         return {"mean_job_s": self.mean_job_s, "recomputed_tokens": self.recomputed_tokens, **self.counters}
 
 
+class KnownDurations(ToolDurations):
+    """Each tool's duration distribution told to the brain from the start: its window holds
+    :data:`~backends.kvcache.continuations.TOOL_WINDOW` evenly spaced quantiles of the tool's
+    range (durations are drawn uniformly from it), and returns teach nothing (the window stays)."""
+
+    def __init__(self, learned: ToolDurations, namespace: str, tools: Sequence[Tool]) -> None:
+        super().__init__(learned.default_s, cold_hold_s=learned.cold_hold_s)
+        for tool in tools:
+            for i in range(TOOL_WINDOW):
+                super().observe(namespace, tool.name, tool.low_s + (tool.high_s - tool.low_s) * (i + 0.5) / TOOL_WINDOW)
+
+    def observe(self, namespace: str, tool: str, seconds: float) -> None:
+        pass
+
+
 def run_react(plans: Sequence[AgentPlan], system: System, cost: CostModel, config: CacheConfig, *,
               policy: EvictionPolicy | None = None, limits: EngineLimits = EngineLimits(),
-              exact_resume: bool = False) -> ReactResult:
+              exact_resume: bool = False, known_durations: bool = False) -> ReactResult:
     """Run every plan's loop to the end on one simulated instance (``config.continuations`` says
     whether tool-call endings are kept; ``exact_resume``: each pause announces its tool's exact
-    duration)."""
+    duration; ``known_durations``: the brain knows each tool's distribution, :class:`KnownDurations`)."""
     sim = ServingSim(system, cost, config, limits=limits, policy=policy)
+    if known_durations:
+        continuations = sim.cache.intake.continuations
+        tools = sorted({tool for plan in plans for tool, _, _ in plan.tools}, key=lambda tool: tool.name)
+        namespace = KVFlowHint(workflow_id="-", agent="-").namespace
+        continuations.durations = KnownDurations(continuations.durations, namespace, tools)
     recorder = ScheduleRecorder(sim.cache)
     done: dict[str, float] = {}
 

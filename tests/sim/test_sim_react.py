@@ -79,3 +79,20 @@ def test_every_job_finishes_and_nothing_stays_locked(continuations: bool):
     plans = react_plan(ReactSpec(agents=8, turns=3, slow_share=0.5))
     result = run_react(plans, SYSTEM, COST, CacheConfig(device_tokens=4096, continuations=continuations))
     assert len(result.job_s) == 8 and all(s > 0 for s in result.job_s)
+
+
+def test_known_durations_tell_the_brain_each_tool_s_distribution_and_returns_teach_nothing():
+    """The distribution-aware online bound: a slow tool (5-30 s, uniform) is expected back in 17.5 s
+    from its first pause on, and a return does not move that."""
+    from backends.kvcache.continuations import TOOL_WINDOW, ToolDurations
+    from backends.sim.react import KnownDurations
+
+    known = KnownDurations(ToolDurations(2.0), "default", [FAST_TOOL, SLOW_TOOL])
+    estimate = known.estimate("default", [SLOW_TOOL.name])
+    assert estimate.expected_s == pytest.approx(17.5) and len(estimate.samples) == TOOL_WINDOW
+    assert SLOW_TOOL.low_s < estimate.samples[0] < estimate.samples[-1] < SLOW_TOOL.high_s
+    known.observe("default", SLOW_TOOL.name, 100.0)
+    assert known.estimate("default", [SLOW_TOOL.name]) == estimate
+    plans = react_plan(ReactSpec(agents=8, turns=3, slow_share=0.5))
+    result = run_react(plans, SYSTEM, COST, CacheConfig(device_tokens=4096), known_durations=True)
+    assert result.counters["continuations_reused"] == result.counters["continuations_kept"] > 0
