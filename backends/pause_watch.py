@@ -37,12 +37,16 @@ def session_key(body: dict[str, Any]) -> str | None:
 
 
 def offers_tools(body: dict[str, Any], route: str) -> bool:
-    """Whether a request is a chat completion that offers tools (only its reply can call one)."""
-    return route.endswith("chat/completions") and bool(body.get("tools"))
+    """Whether a request is a chat completion or a response (``/v1/responses``) that offers tools
+    (only its reply can call one)."""
+    return route.endswith(("chat/completions", "/responses")) and bool(body.get("tools"))
 
 
 class ToolCallWatch:
-    """The names of the tools a chat reply calls, from its JSON body or its server-sent events."""
+    """The names of the tools a reply calls, from its JSON body or its server-sent events: a chat
+    completion's ``tool_calls`` (in its message, or its deltas), or a response's ``function_call``
+    output items (in its ``output``, or each ``response.output_item.done`` event; the items of the
+    closing ``response.completed`` were announced already)."""
 
     def __init__(self, streaming: bool) -> None:
         self.streaming = streaming
@@ -61,26 +65,38 @@ class ToolCallWatch:
         for line in lines:
             line = line.strip()
             if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
-                self._choices(line[5:], "delta")
+                self._read(line[5:], "delta")
 
     def finish(self) -> list[str]:
         if not self.streaming and not self._too_long:
-            self._choices(self._buffer, "message")
+            self._read(self._buffer, "message")
         elif self.streaming and self._buffer:
             self.feed(b"\n")
         return self.tools
 
-    def _choices(self, raw: bytes, field: str) -> None:
+    def _read(self, raw: bytes, field: str) -> None:
         try:
             data = json.loads(raw)
         except ValueError:
             return
-        for choice in (data.get("choices") or []) if isinstance(data, dict) else []:
+        if not isinstance(data, dict):
+            return
+        for choice in data.get("choices") or []:
             message = choice.get(field) if isinstance(choice, dict) else None
             for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
-                name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
-                if isinstance(name, str) and name:
-                    self.tools.append(name)
+                function = call.get("function") if isinstance(call, dict) else None
+                self._add(function.get("name") if isinstance(function, dict) else None)
+        if field == "message":
+            items = data.get("output") or []
+        else:
+            items = [data.get("item")] if data.get("type") == "response.output_item.done" else []
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                self._add(item.get("name"))
+
+    def _add(self, name: Any) -> None:
+        if isinstance(name, str) and name:
+            self.tools.append(name)
 
 
 def watch_replies(send: Callable, session: SessionRef, pause: Callable[[SessionRef, list[str]], Awaitable[Any]]

@@ -257,6 +257,15 @@ def measure(model: Path, policy: str, name: str, work: Workload, args: argparse.
     return row, calls
 
 
+def exported_model(given: Path | None, folder: Path) -> Path:
+    """``given``, else SmolLM2-135M exported under ``folder`` (once: a later run reuses it)."""
+    model = given or folder / "smollm2"
+    if not (model / "config.json").exists():
+        subprocess.run([sys.executable, "-m", "kvflow_orch.cli", "export-model", "smollm2-135m", str(model)],
+                       cwd=ROOT, check=True)
+    return model
+
+
 def block_trace(model: Path, calls: list[Any]) -> list[BlockRequest]:
     """A run's recorded calls as the block replay's requests (tokenized as vLLM did)."""
     from backends.local.model.loader import read_source
@@ -399,10 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     args.logs = ROOT / "benchmarks" / "results" / "tmp"
     args.logs.mkdir(parents=True, exist_ok=True)
-    model = args.model or args.logs / "smollm2"
-    if not (model / "config.json").exists():
-        subprocess.run([sys.executable, "-m", "kvflow_orch.cli", "export-model", "smollm2-135m", str(model)],
-                       cwd=ROOT, check=True)
+    model = exported_model(args.model, args.logs)
     specs = workload_specs(args)
     policies = {policy: LEGACY_ENV if policy == "lru_env" else None for policy in args.policies}
     load_before = os.getloadavg()

@@ -10,14 +10,17 @@ client puts hints in ``custom_params.kvflow``, which vLLM accepts and drops. A m
 ``/v1/chat/completions`` and ``/v1/completions`` validates either placement (400 naming the
 field), moves ``custom_params.kvflow`` to ``kv_transfer_params.kvflow``, and turns the hint's
 ``fixed_prefix`` (leading messages, or characters of a text prompt) into tokens with the served
-model's tokenizer and chat template, so the scheduler tags exactly the fixed prompt.
+model's tokenizer and chat template, so the scheduler tags exactly the fixed prompt. It also takes
+``/v1/responses`` (vLLM hands its ``kv_transfer_params`` to the scheduler as chat's), for the
+session key and the hint; a response's ``fixed_prefix`` is not turned into tokens.
 
 Continuations (issue 24; the rule is the brain's, :mod:`backends.kvcache.continuations`): the same
 middleware passes a request's explicit session key (``prompt_cache_key``, else ``user``) to the
-scheduler as ``kv_transfer_params.kvflow_session``, and watches the reply of a chat request that
-offers tools and has a session (that key, or its hint's agent): when the reply calls tools (its JSON
-body, or the deltas of its stream), the ``pause`` verb reaches the scheduler before the reply's last
-bytes reach the client, so the conversation is kept before the agent can return.
+scheduler as ``kv_transfer_params.kvflow_session``, and watches the reply of a chat or responses
+request that offers tools and has a session (that key, or its hint's agent): when the reply calls
+tools (a chat message's ``tool_calls`` or a response's ``function_call`` items, in its JSON body or
+its stream's events), the ``pause`` verb reaches the scheduler before the reply's last bytes reach
+the client, so the conversation is kept before the agent can return.
 
 Learned hints (``KVFLOW_LEARNED_HINTS=on``, which ``kvflow serve --engine vllm --learned-hints``
 sets): :class:`backends.learn.asgi.LearningMiddleware` runs before the hint middleware, so a
@@ -52,7 +55,7 @@ __all__ = ["KVFlowEndpoints", "rewrite_body", "pause_session", "PROTOCOL_VERSION
 logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
-HINT_ROUTES = ("/v1/chat/completions", "/v1/completions")
+HINT_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -97,9 +100,9 @@ def rewrite_body(body: dict[str, Any], route: str, tokenizer: Any | None) -> dic
 
 
 def pause_session(body: dict[str, Any], route: str) -> tuple[str, str] | None:
-    """The session a rewritten chat request pauses if its reply calls tools (read as the scheduler
-    reads it: :func:`~.state.read_hint`, :func:`~.state.read_session`); ``None``: the request offers
-    no tools or has no session."""
+    """The session a rewritten chat or responses request pauses if its reply calls tools (read as
+    the scheduler reads it: :func:`~.state.read_hint`, :func:`~.state.read_session`); ``None``: the
+    request offers no tools or has no session."""
     if not offers_tools(body, route):
         return None
     params = body.get("kv_transfer_params")

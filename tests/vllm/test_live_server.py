@@ -316,3 +316,32 @@ def test_a_plain_agents_conversation_outlives_other_traffic_across_its_tool_call
     assert _cached(fresh) == 0
     assert resumed["choices"][0]["message"]["content"] == fresh["choices"][0]["message"]["content"], (
         resumed["choices"], fresh["choices"])
+
+
+def test_a_responses_reply_with_a_function_call_pauses_its_session_as_a_chat_one(url: str) -> None:
+    """``/v1/responses`` with a function tool (vLLM's own route): the reply's ``function_call`` item
+    pauses the session (``prompt_cache_key``) as a chat reply's ``tool_calls`` does, and the agent's
+    return with the call's output finds its conversation kept."""
+    session = f"resp-{uuid.uuid4().hex[:8]}"
+    tool = {"type": "function", "name": LOOKUP["function"]["name"], "description": LOOKUP["function"]["description"],
+            "parameters": LOOKUP["function"]["parameters"]}
+    first = [{"role": "system", "content": _system(300)}, {"role": "user", "content": "When is the release?"}]
+
+    def respond(body: dict) -> dict:
+        r = httpx.post(url + "/v1/responses", json={"model": _model(url), "temperature": 0, "max_output_tokens": 24,
+                                                    "prompt_cache_key": session, **body}, headers=AUTH, timeout=300)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    before = _stats(url)
+    reply = respond({"input": first, "tools": [tool], "tool_choice": {"type": "function", "name": "lookup"}})
+    calls = [item for item in reply["output"] if item["type"] == "function_call"]
+    assert [c["name"] for c in calls] == ["lookup"], reply["output"]
+    mid = _stats(url)
+    assert mid["continuations_kept"] == before["continuations_kept"] + 1, mid
+    back = first + [{"type": "function_call", "call_id": "call_lookup_0", "name": "lookup",
+                     "arguments": calls[0]["arguments"]},
+                    {"type": "function_call_output", "call_id": "call_lookup_0", "output": "On 15 January."}]
+    respond({"input": back, "max_output_tokens": 8})
+    done = _stats(url)
+    assert done["continuations_reused"] == mid["continuations_reused"] + 1, done

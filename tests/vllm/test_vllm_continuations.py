@@ -6,6 +6,7 @@ to the head of the free queue. The live round trip is tests/vllm/test_live_serve
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from backends.kvcache.config import CacheConfig
 from backends.kvcache.continuations import DEADLINE_SLACK, hold_for
 from backends.pause_watch import ToolCallWatch, session_key
-from backends.vllm_kvflow.routes import pause_session, rewrite_body
+from backends.vllm_kvflow.routes import _HintMiddleware, pause_session, rewrite_body
 from backends.vllm_kvflow.state import HINT_KEY, SESSION_KEY, KVFlowState, read_session
 from kvflow_orch.protocol import HintError, KVFlowHint
 from vllm_server import HAVE_VLLM, SKIP_REASON
@@ -160,6 +161,87 @@ def test_the_tools_a_reply_calls_are_read_from_json_and_from_a_stream_split_anyw
     broken = ToolCallWatch(streaming=False)
     broken.feed(b"{not json")
     assert broken.finish() == []
+
+
+RESPONSE = {"id": "resp_1", "object": "response", "status": "completed", "output": [
+    {"type": "reasoning", "id": "rs_1", "summary": []},
+    {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "search", "arguments": "{\"q\": 1}"},
+    {"type": "message", "id": "msg_1", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}]}
+
+
+def test_the_function_calls_of_a_response_are_read_from_json_and_from_its_events_once() -> None:
+    watch = ToolCallWatch(streaming=False)
+    raw = json.dumps(RESPONSE).encode()
+    watch.feed(raw[:9])
+    watch.feed(raw[9:])
+    assert watch.finish() == ["search"]
+    call = RESPONSE["output"][1]
+    events = [("response.created", {"response": {**RESPONSE, "status": "in_progress", "output": []}}),
+              ("response.output_item.added", {"item": {**call, "arguments": ""}, "output_index": 0}),
+              ("response.function_call_arguments.delta", {"delta": "{\"q\"", "item_id": "fc_1"}),
+              ("response.output_item.done", {"item": call, "output_index": 0}),
+              ("response.completed", {"response": RESPONSE})]  # its items were announced: not twice
+    stream = b"".join(f"event: {kind}\ndata: ".encode() + json.dumps({"type": kind, **data}).encode() + b"\n\n"
+                      for kind, data in events)
+    watch = ToolCallWatch(streaming=True)
+    for i in range(0, len(stream), 11):
+        watch.feed(stream[i:i + 11])
+    assert watch.finish() == ["search"]
+    text_only = {**RESPONSE, "output": [RESPONSE["output"][2]]}
+    plain = ToolCallWatch(streaming=False)
+    plain.feed(json.dumps(text_only).encode())
+    assert plain.finish() == []
+    odd = ToolCallWatch(streaming=False)  # malformed items are skipped, never raised on
+    odd.feed(json.dumps({"output": [None, {"type": "function_call", "name": 3}], "choices": "x"}).encode())
+    assert odd.finish() == []
+
+
+def test_a_responses_request_that_offers_tools_and_has_a_session_is_watched() -> None:
+    tools = [{"type": "function", "name": "search", "parameters": {"type": "object"}}]
+    body = {"model": "m", "input": "When is the release?", "tools": tools, "prompt_cache_key": "r-1"}
+    out = rewrite_body(body, "/v1/responses", None)
+    assert out["kv_transfer_params"] == {SESSION_KEY: "r-1"}
+    assert pause_session(out, "/v1/responses") == ("default", "r-1")
+    assert pause_session({**out, "tools": []}, "/v1/responses") is None
+
+
+def test_the_hint_middleware_pauses_a_session_before_a_response_with_a_function_call_reaches_the_agent() -> None:
+    """The plugin's middleware around an ASGI app that answers ``/v1/responses`` as vLLM does (a
+    function_call item): the pause is awaited before the reply's last bytes are sent, and the app
+    got the session key where vLLM's scheduler reads it."""
+    seen: list[dict] = []
+    order: list[str] = []
+
+    async def app(scope: dict, receive, send) -> None:
+        message = await receive()
+        seen.append(json.loads(message["body"]))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": json.dumps(RESPONSE).encode()})
+
+    async def pause(session, tools) -> None:
+        order.append(f"pause {session[1]} {','.join(tools)}")
+
+    async def client(body: dict) -> None:
+        raw = json.dumps(body).encode()
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.body":
+                order.append("reply")
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/responses",
+                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]}
+        await _HintMiddleware(app, tokenizer_of=lambda: None, pause=pause)(scope, receive, send)
+
+    tools = [{"type": "function", "name": "search", "parameters": {"type": "object"}}]
+    asyncio.run(client({"model": "m", "input": "q", "tools": tools, "user": "agent-7"}))
+    assert order == ["pause agent-7 search", "reply"]
+    assert seen[0]["kv_transfer_params"] == {SESSION_KEY: "agent-7"}
+    order.clear()
+    asyncio.run(client({"model": "m", "input": "q", "user": "agent-7"}))  # no tools offered: not watched
+    assert order == ["reply"]
 
 
 @pytest.mark.vllm
