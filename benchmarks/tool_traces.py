@@ -37,6 +37,12 @@ function); the next request of that session carries the tool's result.
   pause that follows.
 * **Bélády** is each run's executed schedule (``ScheduleRecorder``) replayed with Bélády's order
   (``replay_schedule``); LRU's schedule replayed with LRU must give back LRU's count (printed).
+  Where the oracle cannot follow a schedule (its own choices leave the running requests locking
+  more than the run's did: concurrent sessions here share the system prompt and tools) the run says
+  so and is compared with Bélády on LRU's schedule instead. *No eviction on the run's own
+  schedule* (the same schedule on an unbounded pool) is the token floor of that schedule: the
+  *floor* run's own count is higher, its concurrent first calls each computing the shared cold
+  prefix, and on this CPU its mean session time is no bound either (more requests run at once).
 
 Prints mean session completion time and recomputed prompt tokens per run, their ratios to LRU and
 to the run's own Bélády, ``uptime``; asserts greedy replies identical in every run. Writes
