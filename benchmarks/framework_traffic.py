@@ -210,6 +210,12 @@ def replay_run(records: list[dict[str, Any]], model: str, pool: int, mode: str) 
     return out
 
 
+def progress(app: str, mode: str, run: dict[str, Any]) -> None:
+    """One line per finished replay: a slow one (a loaded machine) shows where it stands."""
+    print(f"  {app} {mode}: pool {run['pool']}, {run['requests']} requests in {run['seconds']} s, "
+          f"recomputed {run['recomputed']}", flush=True)
+
+
 def belady(run: dict[str, Any]) -> int:
     from backends.kvcache.trace import replay
 
@@ -220,13 +226,23 @@ def belady(run: dict[str, Any]) -> int:
 def app_part(app: str, records: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     acc = accuracy(records)
     runs = {"floor": replay_run(records, args.model, args.floor_pool, "floor")}
+    progress(app, "floor", runs["floor"])
     if runs["floor"]["evicted"]:
         raise SystemExit(f"{app}: the floor's pool of {args.floor_pool} tokens evicted: give a larger --floor-pool")
     pool = max(args.min_pool, int(args.pool_prompts * runs["floor"]["max_prompt"]))
     modes = ["lru", "learned"] + (["declared"] if app in DECLARED_APPS else [])
     for mode in modes:
         runs[mode] = replay_run(records, args.model, pool, mode)
+        progress(app, mode, runs[mode])
     runs["belady"] = {"recomputed": belady(runs["lru"])}
+    # Belady on the learned run's own trace: tags split nodes where LRU's did not, and a node is what
+    # eviction takes whole, so learned can go below Belady on LRU's trace (not below this one)
+    from backends.kvcache.trace import TraceError
+
+    try:
+        runs["belady_learned"] = {"recomputed": belady(runs["learned"])}
+    except TraceError as exc:
+        runs["belady_learned"] = {"recomputed": None, "error": str(exc)}
     first = runs["lru"]["_replies"]
     same = all(r["_replies"] == first for name, r in runs.items() if "_replies" in r)
     return {"accuracy": acc, "pool": pool, "same_outputs": same,
@@ -276,7 +292,9 @@ def report(results: dict[str, Any], pool_prompts: float) -> bool:
         learned = part["runs"]["learned"]
         print(f"{app}: learned replay's own attribution {learned['attribution']:.1%}, linking "
               f"{learned['linking']:.1%}, hints {learned['sources']}; replies as recorded "
-              f"{learned['replies_as_recorded']}/{learned['requests']}; agents {part['accuracy']['agents']}")
+              f"{learned['replies_as_recorded']}/{learned['requests']}; agents {part['accuracy']['agents']}"
+              + (f"; Belady on the learned run's own trace {part['runs']['belady_learned']['recomputed']}"
+                 if "belady_learned" in part["runs"] else ""))
     print()
     failed = False
     for app, part in results.items():

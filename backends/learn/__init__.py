@@ -15,8 +15,8 @@ seam to learned routing's step math), :mod:`.learner` (the facade), :mod:`.confi
 from __future__ import annotations
 
 from .config import LEARNED_NAMESPACE, LearnerConfig
-from .learner import LEARNER_COUNTERS, Learned, TrafficLearner
+from .learner import LEARNER_COUNTERS, Learned, TrafficLearner, session_agent
 from .requests import SESSION_KEY_FIELDS, SESSION_KEY_HEADERS, session_headers
 
 __all__ = ["TrafficLearner", "Learned", "LearnerConfig", "LEARNED_NAMESPACE", "LEARNER_COUNTERS",
-           "SESSION_KEY_FIELDS", "SESSION_KEY_HEADERS", "session_headers"]
+           "SESSION_KEY_FIELDS", "SESSION_KEY_HEADERS", "session_headers", "session_agent"]

@@ -11,9 +11,21 @@ its engine, and hands the answer's hint to the brain's intake exactly as it hand
 
 ``observe`` identifies the agent (:mod:`.agents`), the session (:mod:`.sessions`), records the
 transition from the session's previous agent (:mod:`.transitions`) and answers with a hint in the
-learner's namespace, workflow ``learned-N`` (one per session), the agent's expected steps from the
-session's state (learned routing's semantics, :mod:`.steps`) and no ``fixed_prefix``: the intake's
-boundary rule (what the agent's requests share) decides it, as KVFlow's heuristic does.
+learner's namespace, workflow ``learned-N`` (one per session), the agents' expected steps from the
+session's state (learned routing's semantics, :mod:`.steps`).
+
+**A learned workflow's agents are the session's own** (:func:`session_agent`: ``writer@learned-3``).
+In plain traffic most reuse is a session's own conversation: each call of an agent extends its
+previous call in that session (a ReAct loop, a supervisor's growing history). Named per session,
+an agent's calls in one session are one agent to the brain, so the intake's boundary rule (the
+longer of the declared boundary and what the agent's previous request shares) tags that whole
+conversation, ranked by the session's expected steps of that agent; named per app, the previous
+request was another session's, the shared part was the system prompt alone, and the conversation
+stayed untagged, evicted before every tagged prefix (on langgraph-supervisor's replay learned hints
+then recomputed more than LRU). The hint declares the leading system/developer messages as
+``fixed_prefix`` (chat): an agent's first call in a session tags its system prompt already, which
+every session of that agent tags alike, so the prompt is ranked by the most urgent session (a
+node's steps are the min over its tags). Raw-text prompts declare none: the rule alone decides.
 
 **A declared hint always wins.** A request with one is passed through unchanged, and the session it
 belongs to is the orchestrator's from then on: its later requests get no learned hint.
@@ -36,12 +48,17 @@ from .requests import read_chat, read_completion, turn_key
 from .sessions import SessionTable
 from .transitions import TransitionModel
 
-__all__ = ["TrafficLearner", "Learned", "LEARNER_COUNTERS"]
+__all__ = ["TrafficLearner", "Learned", "LEARNER_COUNTERS", "session_agent"]
 
 LEARNER_COUNTERS = ("declared_hint_requests", "learned_hint_requests", "unhinted_requests",
                     "declared_session_requests", "bad_session_keys")
 """Monotonic counts: requests with a declared hint, given a learned one, left without (of them,
 ``declared_session_requests`` belong to a declared session); session keys of a wrong type."""
+
+
+def session_agent(agent: str, session_id: str) -> str:
+    """The name a learned hint gives ``agent`` within session ``session_id`` (module docstring)."""
+    return f"{agent}@{session_id}"
 
 
 class Learned(NamedTuple):
@@ -50,6 +67,7 @@ class Learned(NamedTuple):
     source: Literal["declared", "learned", "unhinted"]
     session_id: str | None = None
     agent: str | None = None
+    """The learned agent (the app-wide name; the hint names it per session, :func:`session_agent`)."""
     link: tuple[int, int] | None = None
     """Where the request's conversation stood (for :meth:`TrafficLearner.reply`)."""
 
@@ -62,7 +80,7 @@ class TrafficLearner:
         self.models: dict[str, TransitionModel] = {}
         self.counters: Counter[str] = Counter({name: 0 for name in LEARNER_COUNTERS})
         self._done: list[StepsUpdate] = []
-        self._hints: dict[tuple[str, str], tuple[dict[str, float], KVFlowHint]] = {}
+        self._hints: dict[tuple[str, str], KVFlowHint] = {}
 
     def observe(self, body: Mapping[str, Any], *, route: Literal["chat", "completions"] = "chat",
                 headers: Mapping[str, str] = {}, declared: KVFlowHint | None = None) -> Learned:
@@ -85,8 +103,10 @@ class TrafficLearner:
             self.counters["unhinted_requests"] += 1
             return Learned(None, "unhinted", session.id, agent, link)
         self.counters["learned_hint_requests"] += 1
-        return Learned(self._hint(session.id, session.namespace, agent, model.steps(agent)), "learned",
-                       session.id, agent, link)
+        messages = body.get("messages")
+        lead = len(messages) - len(view.messages) if route == "chat" and isinstance(messages, list) else 0
+        hint = self._hint(session.id, session.namespace, agent, model.steps(agent), lead or None)
+        return Learned(hint, "learned", session.id, agent, link)
 
     def unhinted(self) -> None:
         """Count a request the learner did not see (the switch is off for it, a route it does not read)."""
@@ -127,22 +147,24 @@ class TrafficLearner:
                                                              cfg.prior, cfg.refresh)
         return model
 
-    def _hint(self, workflow_id: str, namespace: str, agent: str, steps: dict[str, float]) -> KVFlowHint:
-        """The learned hint, validated once per agent (validating a step map costs more than the
-        rest of a request's learning). Later hints are copies with their own workflow id and the
-        model's current steps: the names were checked, and step math's values are valid steps by
-        construction (non-negative, rounded, ``inf`` where an agent cannot follow)."""
+    def _hint(self, workflow_id: str, namespace: str, agent: str, steps: dict[str, float],
+              fixed_prefix: int | None) -> KVFlowHint:
+        """The learned hint of ``agent`` in session ``workflow_id``, its steps named per session.
+        Validated once per agent (validating a step map costs more than the rest of a request's
+        learning): later hints are copies with the session's names and the model's current steps.
+        Those were checked: names come from the registry (a few hyphenated words) and the session
+        table, and step math's values are valid steps by construction (non-negative, rounded,
+        ``inf`` where an agent cannot follow)."""
+        scoped = {session_agent(a, workflow_id): v for a, v in steps.items()}
+        update = {"workflow_id": workflow_id, "agent": session_agent(agent, workflow_id), "steps": scoped,
+                  "fixed_prefix": fixed_prefix}
         cached = self._hints.get((namespace, agent))
-        if cached is not None:
-            if cached[0] is steps:
-                return cached[1].model_copy(update={"workflow_id": workflow_id})
-            hint = cached[1].model_copy(update={"workflow_id": workflow_id, "steps": steps})
-        else:
+        if cached is None:
             if len(self._hints) >= self.config.max_agents:
                 self._hints.clear()
-            hint = KVFlowHint(workflow_id=workflow_id, namespace=namespace, agent=agent, steps=steps)
-        self._hints[namespace, agent] = (steps, hint)
-        return hint
+            cached = self._hints[namespace, agent] = KVFlowHint(**update, namespace=namespace)
+            return cached
+        return cached.model_copy(update=update)
 
     def _end_sessions(self) -> None:
         self.sessions.expire()

@@ -89,7 +89,8 @@ def test_plain_requests_reach_the_host_with_learned_hints_and_replies_link_the_s
             if line.startswith("data:") and "[DONE]" not in line)
         turns.append({"role": "assistant", "content": reply})
     hints = [KVFlowHint.model_validate(params["kvflow"]) for params, _ in app.state.seen]
-    assert [h.agent for h in hints] == ["supervisor", "technical-writer", "supervisor"]
+    sid = hints[0].workflow_id  # the session's agents are named per session (session_agent)
+    assert [h.agent for h in hints] == [f"{a}@{sid}" for a in ("supervisor", "technical-writer", "supervisor")]
     assert len({h.workflow_id for h in hints}) == 1 and hints[0].namespace == "learned"
     assert all(parsed for _, parsed in app.state.seen)  # the parsed body travels in the scope
     # another agent handed the streamed reply in its prompt joins the same session (the reply was read back)

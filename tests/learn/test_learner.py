@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from backends.learn import LearnerConfig, TrafficLearner
+from backends.learn import LearnerConfig, TrafficLearner, session_agent
 from backends.learn.steps import chain_from_counts
 
 from test_agents_and_sessions import chat
@@ -40,10 +40,12 @@ def test_learned_steps_rank_the_likely_next_agent_first() -> None:
     learned = run_session(learner, "the final task", [CODER, TESTER])
     assert len({x.session_id for x in learned}) == 1
     assert {x.source for x in learned} == {"learned"}
-    steps = learned[0].hint.steps  # the supervisor runs; the coder most likely next, docs least
-    assert steps["supervisor"] == 0
+    # the session's agents, named per session (session_agent): the supervisor runs; the coder most likely next
+    sid = learned[0].session_id
+    steps = {name.removesuffix(f"@{sid}"): v for name, v in learned[0].hint.steps.items()}
+    assert learned[0].hint.agent == session_agent("supervisor", sid) and steps["supervisor"] == 0
     assert 1 <= steps["python-coder"] < steps["qa-tester"] < steps["docs-writer"] < math.inf
-    after_coder = learned[1].hint.steps
+    after_coder = {name.removesuffix(f"@{sid}"): v for name, v in learned[1].hint.steps.items()}
     assert after_coder["python-coder"] == 0 and 1 <= after_coder["supervisor"] < 1.1
     stats = learner.stats()
     assert stats["learned_agents"] == 4 and stats["learned_hint_requests"] == 41 * 5  # 5 requests a session

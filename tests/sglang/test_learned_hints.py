@@ -73,9 +73,9 @@ def test_plain_traffic_reaches_sglang_with_learned_hints_that_the_scheduler_appl
             turns.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
     hints = [read_request_hint(flat) for flat in recorder.flat]
     assert all(h is not None for h in hints)
-    agents = [h.hint.agent for h in hints]
-    assert agents == ["supervisor"] * 2 + ["research-analyst"] * 2 + ["supervisor"] * 2
     sessions = [h.hint.workflow_id for h in hints]
+    agents = [h.hint.agent.removesuffix(f"@{sid}") for h, sid in zip(hints, sessions, strict=True)]  # per session
+    assert agents == ["supervisor"] * 2 + ["research-analyst"] * 2 + ["supervisor"] * 2
     assert sessions[0::2] == [sessions[0]] * 3 and sessions[1::2] == [sessions[1]] * 3 and sessions[0] != sessions[1]
     assert {h.hint.namespace for h in hints} == {"learned"}
 
@@ -88,7 +88,7 @@ def test_plain_traffic_reaches_sglang_with_learned_hints_that_the_scheduler_appl
     before = queue.counters["hinted_requests"]
     on_request_queued(None, req)
     assert queue.counters["hinted_requests"] == before + 1
-    assert queue.hints.steps(("learned", "supervisor")) == 0
+    assert queue.hints.steps(("learned", hints[-1].hint.agent)) == 0
 
     stats = client.get("/kvflow/v1/stats").json()
     assert stats["ranks"] == 1
