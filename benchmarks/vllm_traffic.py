@@ -47,7 +47,7 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 
@@ -59,7 +59,7 @@ from framework_traffic import DECLARED_APPS, ROUTES, STEPS, comparable, matched_
 from vllm_kvflow import VLLM_PYTHON, _counters, _free_port  # noqa: E402
 
 from backends.kvcache import CacheConfig  # noqa: E402
-from backends.kvcache.block_replay import Request, block_bounds  # noqa: E402
+from backends.kvcache.block_replay import Request, block_bounds, block_replay  # noqa: E402
 from backends.kvcache.intake import AgentRequest, RequestIntake  # noqa: E402
 from backends.learn import TrafficLearner  # noqa: E402
 from backends.learn.host import reply_of_response  # noqa: E402
@@ -177,18 +177,23 @@ def replica(run: dict[str, Any]) -> dict[str, Any]:
 
 def bounds(run: dict[str, Any], hints: list[KVFlowHint | None], pool: int, block: int) -> dict[str, int]:
     """The block replay of one mode's requests (one at a time) at vLLM's pool, as recomputed tokens:
-    LRU, Bélády, best online. A hinted request's fixed prefix is what a replica of the brain's intake
-    (the rule the plugin runs: what the agent's requests share) decides for it."""
+    LRU, Bélády, best online, and the floor (a pool that never evicts). A hinted request's fixed
+    prefix is what a replica of the brain's intake (the rule the plugin runs: what the agent's
+    requests share) decides for it."""
     intake = RequestIntake(CacheConfig(device_tokens=pool), clock=lambda: 0.0)
     heads = [None if h is None else intake.accept(AgentRequest(p, h)).fixed_tokens
              for p, h in zip(run["_ids"], hints, strict=True)]
     requests = [Request(p, o, h) for p, o, h in zip(run["_ids"], run["_outputs"], heads, strict=True)]
     out = block_bounds(requests, math.ceil(pool / block), block)
+    every = sum(math.ceil((len(r.prompt) + r.output) / block) for r in requests)  # a pool that never evicts
+    out["floor"] = block_replay(requests, every, block).hits
     return {k: out["prompt"] - v if k != "prompt" else v for k, v in out.items()}
 
 
-def run_mode(mode: str, apps: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
-    """One mode: a server per distinct pool (``--pool APP=TOKENS``), each app replayed on its pool's."""
+def run_mode(mode: str, apps: dict[str, list[dict[str, Any]]], args: argparse.Namespace,
+             save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """One mode: a server per distinct pool (``--pool APP=TOKENS``), each app replayed on its pool's;
+    ``save`` gets what it measured after each server."""
     policy, learned = MODES[mode]
     names = [a for a in apps if mode != "declared" or a in DECLARED_APPS]
     groups: dict[int, list[str]] = {}
@@ -213,6 +218,7 @@ def run_mode(mode: str, apps: dict[str, list[dict[str, Any]]], args: argparse.Na
                 out[app] = run
                 print(f"  {mode} {app}: {run['requests']} requests, recomputed {run['recomputed']} of "
                       f"{run['queries']} prompt tokens, {run['seconds']} s", flush=True)
+        save(out)
     return out
 
 
@@ -232,6 +238,12 @@ def results_of(runs: dict[str, dict[str, Any]], apps: list[str]) -> dict[str, An
     return out
 
 
+def floor_of(runs: dict[str, Any]) -> int:
+    """The floor: the ``floor`` mode's vLLM figure when it ran, else the block replay's (a pool that
+    never evicts) on the lru run's requests."""
+    return runs["floor"]["recomputed"] if "floor" in runs else runs["lru"]["bounds"]["floor"]
+
+
 def report(results: dict[str, Any], args: dict[str, Any]) -> None:
     print(f"\nvLLM-CPU 0.32.0, SmolLM2-135M float32, block {args['block_size']}, floor pool {args['floor_tokens']} "
           "tokens; requests one at a time in recorded order\n")
@@ -242,16 +254,17 @@ def report(results: dict[str, Any], args: dict[str, Any]) -> None:
         get = {m: runs[m]["recomputed"] if m in runs else "-" for m in MODES}.__getitem__
         lru = runs.get("lru", {})
         lb = runs.get("learned", {}).get("bounds", {})
-        target = f"{lru['recomputed'] - 0.5 * (lru['recomputed'] - runs['floor']['recomputed']):.0f}" \
-            if "lru" in runs and "floor" in runs else "-"
+        floor = floor_of(runs) if "lru" in runs else "-"
+        target = f"{lru['recomputed'] - 0.5 * (lru['recomputed'] - floor):.0f}" if "lru" in runs else "-"
         pool = runs.get("lru", runs.get("learned", {})).get("pool", "-")
         print(f"{app:<24}{pool:>5}{next(iter(runs.values()))['requests']:>5}{next(iter(runs.values()))['queries']:>8}"
-              f"{get('floor'):>7}{get('lru'):>7}{get('learned'):>8}{get('declared'):>9}"
+              f"{floor:>7}{get('lru'):>7}{get('learned'):>8}{get('declared'):>9}"
               f"{lru.get('bounds', {}).get('lru', '-'):>7}{lb.get('belady', '-'):>7}{lb.get('best_online', '-'):>8}"
               f"{target:>8}{str(part['same_outputs']):>6}")
     print("\n(recomputed prompt tokens, vLLM /metrics: prefix_cache_queries - prefix_cache_hits; LRU rp: the block "
           "replay's LRU on the lru run's requests; Belady, best on(line): the block replay on the learned run's "
-          "requests; target: LRU - 0.5 (LRU - floor); same: greedy replies identical in every mode)\n")
+          "requests; floor: the floor mode's vLLM figure, where it did not run the block replay's with a pool that "
+          "never evicts; target: LRU - 0.5 (LRU - floor); same: greedy replies identical in every mode)\n")
     for app, part in results.items():
         learned = part["runs"].get("learned")
         if learned:
@@ -262,9 +275,9 @@ def report(results: dict[str, Any], args: dict[str, Any]) -> None:
     print()
     for app, part in results.items():
         runs = part["runs"]
-        if not {"lru", "floor", "learned"} <= runs.keys():
+        if not {"lru", "learned"} <= runs.keys():
             continue
-        lru, floor, lrn = (runs[m]["recomputed"] for m in ("lru", "floor", "learned"))
+        lru, floor, lrn = runs["lru"]["recomputed"], floor_of(runs), runs["learned"]["recomputed"]
         bound, best = lru - 0.5 * (lru - floor), runs["learned"]["bounds"]["belady"]
         if lru > 1.1 * floor:
             reach = "" if best <= bound else "; Belady itself is above it: no eviction order reaches it"
@@ -308,10 +321,14 @@ def main() -> int:
     saved: dict[str, Any] = {"command": "benchmarks/vllm_traffic.py " + " ".join(sys.argv[1:]),
                              "args": {"pool_tokens": args.pool_tokens, "pools": args.pools,
                                       "floor_tokens": args.floor_tokens, "block_size": args.block_size}}
-    for mode in modes:  # written after each mode: a run stopped half way keeps what it measured
-        runs[mode] = run_mode(mode, apps, args)
-        saved["results"] = results_of({m: r for m, r in runs.items() if r}, list(apps))
+    def save(mode: str, measured: dict[str, Any]) -> None:  # after each server: a stopped run keeps its part
+        runs[mode] = measured
+        done = [a for a in apps if any(a in r for r in runs.values())]
+        saved["results"] = results_of({m: r for m, r in runs.items() if r}, done)
         (args.out / "results.json").write_text(json.dumps(saved, indent=1, default=str) + "\n")
+
+    for mode in modes:
+        save(mode, run_mode(mode, apps, args, lambda measured, mode=mode: save(mode, measured)))
     report(saved["results"], saved["args"])
     print(f"\nload after {os.getloadavg()}")
     return 0
