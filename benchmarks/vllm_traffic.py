@@ -193,7 +193,7 @@ def bounds(run: dict[str, Any], hints: list[KVFlowHint | None], pool: int, block
 def run_mode(mode: str, apps: dict[str, list[dict[str, Any]]], args: argparse.Namespace,
              save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """One mode: a server per distinct pool (``--pool APP=TOKENS``), each app replayed on its pool's;
-    ``save`` gets what it measured after each server."""
+    ``save`` gets what it measured after each app."""
     policy, learned = MODES[mode]
     names = [a for a in apps if mode != "declared" or a in DECLARED_APPS]
     groups: dict[int, list[str]] = {}
@@ -218,7 +218,7 @@ def run_mode(mode: str, apps: dict[str, list[dict[str, Any]]], args: argparse.Na
                 out[app] = run
                 print(f"  {mode} {app}: {run['requests']} requests, recomputed {run['recomputed']} of "
                       f"{run['queries']} prompt tokens, {run['seconds']} s", flush=True)
-        save(out)
+                save(out)
     return out
 
 
@@ -230,7 +230,8 @@ def results_of(runs: dict[str, dict[str, Any]], apps: list[str]) -> dict[str, An
         modes = {m: r[app] for m, r in runs.items() if app in r}
         first = [c for _, c in next(iter(modes.values()))["_replies"]]
         same = all([c for _, c in r["_replies"]] == first for r in modes.values())
-        clean = {m: {k: v for k, v in r.items() if not k.startswith("_")} for m, r in modes.items()}
+        clean = {m: {**{k: v for k, v in r.items() if not k.startswith("_")},
+                     "replies": [c for _, c in r["_replies"]]} for m, r in modes.items()}
         for r in clean.values():
             if "replica" in r:
                 r["replica"] = {k: v for k, v in r["replica"].items() if not k.startswith("_")}
@@ -288,7 +289,10 @@ def report(results: dict[str, Any], args: dict[str, Any]) -> None:
         if "declared" in runs:
             dec = runs["declared"]["recomputed"]
             print(f"  {'PASS' if lrn <= 1.05 * dec else 'FAIL'}  {app}: learned {lrn} within 5% of declared {dec}")
-        print(f"  {'PASS' if part['same_outputs'] else 'FAIL'}  {app}: greedy replies identical in every mode")
+        same = part["same_outputs"]
+        verdict = "n/a " if same is None else "PASS" if same else "FAIL"
+        print(f"  {verdict}  {app}: greedy replies identical in every mode"
+              + (" (not known: a run's results were written without its replies)" if same is None else ""))
 
 
 def main() -> int:
@@ -301,11 +305,19 @@ def main() -> int:
     p.add_argument("--floor-tokens", type=int, default=16384)
     p.add_argument("--block-size", type=int, default=32, help="vLLM's KV block (default 32; multiples of 32)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "framework-traffic" / "vllm")
-    p.add_argument("--report", type=Path, default=None, help="only print the report of an earlier results.json")
+    p.add_argument("--report", type=Path, nargs="+", default=None, metavar="RESULTS",
+                   help="only print the report of earlier runs' results.json files, their modes together")
     args = p.parse_args()
     if args.report:
-        saved = json.loads(args.report.read_text())
-        report(saved["results"], saved["args"])
+        merged: dict[str, Any] = {}
+        for path in args.report:
+            saved = json.loads(path.read_text())
+            for app, part in saved["results"].items():
+                merged.setdefault(app, {"runs": {}})["runs"].update(part["runs"])
+        for part in merged.values():  # the same replies in every mode (runs written without them: unknown)
+            replies = [r.get("replies") for r in part["runs"].values()]
+            part["same_outputs"] = None if None in replies else all(r == replies[0] for r in replies)
+        report(merged, saved["args"])
         return 0
     files = sorted(args.recordings.glob("*.jsonl"))
     if args.apps:
@@ -321,7 +333,7 @@ def main() -> int:
     saved: dict[str, Any] = {"command": "benchmarks/vllm_traffic.py " + " ".join(sys.argv[1:]),
                              "args": {"pool_tokens": args.pool_tokens, "pools": args.pools,
                                       "floor_tokens": args.floor_tokens, "block_size": args.block_size}}
-    def save(mode: str, measured: dict[str, Any]) -> None:  # after each server: a stopped run keeps its part
+    def save(mode: str, measured: dict[str, Any]) -> None:  # after each app: a stopped run keeps its part
         runs[mode] = measured
         done = [a for a in apps if any(a in r for r in runs.values())]
         saved["results"] = results_of({m: r for m, r in runs.items() if r}, done)
