@@ -255,16 +255,18 @@ def report(results: dict[str, Any], args: dict[str, Any]) -> None:
         get = {m: runs[m]["recomputed"] if m in runs else "-" for m in MODES}.__getitem__
         lru = runs.get("lru", {})
         lb = runs.get("learned", {}).get("bounds", {})
+        belady = lb.get("belady", lru.get("bounds", {}).get("belady", "-"))
         floor = floor_of(runs) if "lru" in runs else "-"
         target = f"{lru['recomputed'] - 0.5 * (lru['recomputed'] - floor):.0f}" if "lru" in runs else "-"
         pool = runs.get("lru", runs.get("learned", {})).get("pool", "-")
         print(f"{app:<24}{pool:>5}{next(iter(runs.values()))['requests']:>5}{next(iter(runs.values()))['queries']:>8}"
               f"{floor:>7}{get('lru'):>7}{get('learned'):>8}{get('declared'):>9}"
-              f"{lru.get('bounds', {}).get('lru', '-'):>7}{lb.get('belady', '-'):>7}{lb.get('best_online', '-'):>8}"
+              f"{lru.get('bounds', {}).get('lru', '-'):>7}{belady:>7}{lb.get('best_online', '-'):>8}"
               f"{target:>8}{str(part['same_outputs']):>6}")
     print("\n(recomputed prompt tokens, vLLM /metrics: prefix_cache_queries - prefix_cache_hits; LRU rp: the block "
           "replay's LRU on the lru run's requests; Belady, best on(line): the block replay on the learned run's "
-          "requests; floor: the floor mode's vLLM figure, where it did not run the block replay's with a pool that "
+          "requests (Belady on the lru run's where learned did not run: the same bodies); floor: the floor "
+          "mode's vLLM figure, where it did not run the block replay's with a pool that "
           "never evicts; target: LRU - 0.5 (LRU - floor); same: greedy replies identical in every mode)\n")
     for app, part in results.items():
         learned = part["runs"].get("learned")
