@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from learned_traffic import words  # noqa: E402
-from vllm_kvflow import VLLM_PYTHON, _counters, _free_port  # noqa: E402
+from vllm_kvflow import VLLM_PYTHON, vllm_counters, free_port  # noqa: E402
 from vllm_traffic import MODEL_DIR, VLLM_LOCK, all_locked  # noqa: E402
 
 from backends.vllm_kvflow.launcher import running  # noqa: E402
@@ -83,7 +83,7 @@ def server_argv(engine: str, arm: str, port: int, args: argparse.Namespace) -> t
 def cache_counts(engine: str, url: str) -> tuple[float, float]:
     """(hit tokens, prompt tokens) so far."""
     if engine == "vllm":
-        c = _counters(url)
+        c = vllm_counters(url)
         return c["hits"], c["queries"]
     stats = httpx.get(url + "/kvflow/v1/stats", timeout=30).json()
     hits = sum(int(stats.get(k, 0)) for k in ("device_hit_tokens", "host_hit_tokens", "prefetch_hit_tokens"))
@@ -130,7 +130,7 @@ def chat(url: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def one_server(engine: str, arm: str, rep: int, args: argparse.Namespace) -> dict[str, Any]:
-    port = _free_port()
+    port = free_port()
     argv, env = server_argv(engine, arm, port, args)
     log = args.out / "logs" / f"{engine}-{arm}-{rep}.log"
     out: dict[str, Any] = {}

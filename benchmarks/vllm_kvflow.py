@@ -104,13 +104,13 @@ TIMES = {"e2e_s": "vllm:e2e_request_latency_seconds_sum", "queue_s": "vllm:reque
          "prefill_s": "vllm:request_prefill_time_seconds_sum", "decode_s": "vllm:request_decode_time_seconds_sum"}
 
 
-def _counters(url: str) -> dict[str, float]:
+def vllm_counters(url: str) -> dict[str, float]:
     text = httpx.get(url + "/metrics", timeout=30).text
     return {"hits": _metric(text, "vllm:prefix_cache_hits"), "queries": _metric(text, "vllm:prefix_cache_queries"),
             **{key: _metric(text, name) for key, name in TIMES.items()}}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -125,7 +125,7 @@ def server(model: Path, policy: str, device_tokens: int, log: Path, dtype: str, 
            extra_env: dict[str, str] | None = None, engine_args: tuple[str, ...] = ()) -> Iterator[str]:
     """``kvflow serve --engine vllm`` as users type it (``engine_args``: vLLM flags after ours);
     ``extra_env`` only for the legacy comparison."""
-    port = _free_port()
+    port = free_port()
     argv = [str(VLLM_PYTHON), "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
             "--policy", policy, "--device-tokens", str(device_tokens), "--port", str(port), "--dtype", dtype,
             "--block-size", str(block_size), *engine_args]
@@ -227,11 +227,11 @@ def measure(model: Path, policy: str, name: str, work: Workload, args: argparse.
         ready = time.monotonic() - started
         # warm-up outside the measurement (first-request compile paths)
         httpx.post(url + "/v1/completions", json={"prompt": "warm up", "max_tokens": 2, "temperature": 0}, timeout=300)
-        before = _counters(url)
+        before = vllm_counters(url)
         t0 = time.monotonic()
         results, calls = asyncio.run(_run_instances(work, url))
         elapsed = time.monotonic() - t0
-        after = _counters(url)
+        after = vllm_counters(url)
         stats = None
         with contextlib.suppress(httpx.HTTPError, ValueError):
             stats = httpx.get(url + "/kvflow/v1/stats", timeout=30).json()

@@ -76,7 +76,7 @@ from backends.kvcache.block_replay import block_bounds
 from backends.sim.react import FAST_TOOL, SLOW_TOOL, AgentPlan, ReactSpec, react_plan
 from backends.vllm_kvflow import CONFIG_ENV
 from benchmarks._vllm_trace import RecordedCall, block_requests
-from benchmarks.vllm_kvflow import BLOCK, VLLM_PYTHON, _counters, exported_model, server
+from benchmarks.vllm_kvflow import BLOCK, VLLM_PYTHON, vllm_counters, exported_model, server
 from kvflow_orch.clients.base import LLMReply
 from kvflow_orch.protocol import STEPS_ROUTE, KVFlowHint, StepsUpdate, attach_hint
 
@@ -263,9 +263,9 @@ def measure(run: Run, plans: list[AgentPlan], pool: int, words: Words, tokenizer
                                                   "temperature": 0}, timeout=300)
         agents = Agents(url, name, words, args)
         with locked(args.timing_lock):
-            before, load = _counters(url), uptime()
+            before, load = vllm_counters(url), uptime()
             results = asyncio.run(agents.run(plans))
-            after, load_after = _counters(url), uptime()
+            after, load_after = vllm_counters(url), uptime()
         stats = httpx.get(url + "/kvflow/v1/stats", timeout=30).json()
     hits, queries = int(after["hits"] - before["hits"]), int(after["queries"] - before["queries"])
     trace = block_requests(agents.log, tokenizer)

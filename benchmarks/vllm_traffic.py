@@ -56,7 +56,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests" / "frame
 
 from _traffic_recording import read_records  # noqa: E402
 from framework_traffic import DECLARED_APPS, ROUTES, STEPS, comparable, matched_share, stream  # noqa: E402
-from vllm_kvflow import VLLM_PYTHON, _counters, _free_port  # noqa: E402
+from vllm_kvflow import VLLM_PYTHON, vllm_counters, free_port  # noqa: E402
 
 from backends.kvcache import CacheConfig  # noqa: E402
 from backends.kvcache.block_replay import Request, block_bounds, block_replay  # noqa: E402
@@ -100,7 +100,7 @@ def all_locked(paths: list[str]) -> Iterator[None]:
 def vllm_server(policy: str, learned: bool, pool: int, block: int, log: Path, model: Path = MODEL_DIR,
                 served: str = "smollm2-135m", extra: tuple[str, ...] = ()) -> Iterator[str]:
     """``kvflow serve --engine vllm`` (float32, eager, dev routes on) under the vLLM lock."""
-    port = _free_port()
+    port = free_port()
     argv = [str(VLLM_PYTHON), "-m", "kvflow_orch.cli", "serve", "--engine", "vllm", "--model", str(model),
             "--policy", policy, "--device-tokens", str(pool), "--port", str(port), "--dtype", "float32",
             "--block-size", str(block), *(["--learned-hints"] if learned else []),
@@ -129,7 +129,7 @@ def replay_app(client: httpx.Client, url: str, records: list[dict[str, Any]], de
     if reset.status_code != 200:
         raise SystemExit(f"/reset_prefix_cache answered {reset.status_code}: {reset.text[:200]}")
     sent = stream(records, declared=declared)
-    before = _counters(url)
+    before = vllm_counters(url)
     replies, bodies, usage, started = [], [], [], time.perf_counter()
     for r in sent:
         answer = client.post(url + r["path"], content=json.dumps(r["body"]),
@@ -143,7 +143,7 @@ def replay_app(client: httpx.Client, url: str, records: list[dict[str, Any]], de
         bodies.append(r)
         usage.append(None if r["body"].get("stream") else answer.json()["usage"])
     seconds = time.perf_counter() - started
-    after = _counters(url)
+    after = vllm_counters(url)
     stats = client.get(url + "/kvflow/v1/stats").json()
     ids = [prompt_ids(client, url, r["body"]) for r in bodies]
     for n, (u, p) in enumerate(zip(usage, ids, strict=True)):
