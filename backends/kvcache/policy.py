@@ -56,8 +56,11 @@ def kvflow_key(tags: Collection[AgentRef] | None, hints: HintTable,
 def _advanced(tags: Collection[AgentRef], hints: HintTable, steps_of: Callable[[AgentRef], float],
               steps: float) -> int:
     """Of the tags that give a node its ``steps``, the earliest workflow advance (the least
-    evictable reading); 0 without finite steps."""
-    if steps == math.inf:
+    evictable reading); 0 without finite steps, and 0 at 0 steps: every such workflow has reached
+    its agent already, so how late it advanced says nothing about which is needed first (it is its
+    last call's arrival: of two looping agents the one sent last is, if anything, back first), and
+    the tie goes to LRU."""
+    if steps == math.inf or steps <= 0:
         return 0
     return min(hints.advanced(ref) for ref in tags if steps_of(ref) == steps)
 
