@@ -42,7 +42,8 @@ def kvflow_key(tags: Collection[AgentRef] | None, hints: HintTable,
     descending steps; then protected tagged nodes by descending steps. Equal steps: the agent of
     the workflow that advanced last goes first (:meth:`HintTable.advanced`: concurrent workflows
     step side by side, so of equal steps the workflow that began its current step last reaches
-    its agent last); then LRU (always within one workflow).
+    its agent last; not at 0 steps, where every workflow has reached its agent); then LRU
+    (always within one workflow).
     """
     if not tags:
         return (TIER_UNTAGGED, 0.0, 0, last_access)
