@@ -222,7 +222,8 @@ class HintTable:
         Steps count a workflow's own steps from the one it runs now, and concurrent workflows run
         their steps side by side: of two agents at equal steps, the one whose workflow began its
         current step earlier runs first. So among equal steps the brain evicts the agent of the
-        workflow that advanced last (:func:`.policy.kvflow_key`)."""
+        workflow that advanced last (:func:`.policy.kvflow_key`), except at 0 steps, where every
+        such agent runs now or has just run and the tie goes to LRU."""
         per = self._by_agent.get(ref)
         if not per:
             return 0

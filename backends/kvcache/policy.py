@@ -42,7 +42,8 @@ def kvflow_key(tags: Collection[AgentRef] | None, hints: HintTable,
     descending steps; then protected tagged nodes by descending steps. Equal steps: the agent of
     the workflow that advanced last goes first (:meth:`HintTable.advanced`: concurrent workflows
     step side by side, so of equal steps the workflow that began its current step last reaches
-    its agent last); then LRU (always within one workflow).
+    its agent last; not at 0 steps, where every workflow has reached its agent); then LRU
+    (always within one workflow).
     """
     if not tags:
         return (TIER_UNTAGGED, 0.0, 0, last_access)
@@ -56,8 +57,11 @@ def kvflow_key(tags: Collection[AgentRef] | None, hints: HintTable,
 def _advanced(tags: Collection[AgentRef], hints: HintTable, steps_of: Callable[[AgentRef], float],
               steps: float) -> int:
     """Of the tags that give a node its ``steps``, the earliest workflow advance (the least
-    evictable reading); 0 without finite steps."""
-    if steps == math.inf:
+    evictable reading); 0 without finite steps, and 0 at 0 steps: every such workflow has reached
+    its agent already, so how late it advanced says nothing about which is needed first (it is its
+    last call's arrival: of two looping agents the one sent last is, if anything, back first), and
+    the tie goes to LRU."""
+    if steps == math.inf or steps <= 0:
         return 0
     return min(hints.advanced(ref) for ref in tags if steps_of(ref) == steps)
 

@@ -98,6 +98,25 @@ def test_equal_steps_across_workflows_evict_the_workflow_that_advanced_last():
     assert hints.advanced(("ns", "nobody")) == 0
 
 
+def test_zero_steps_across_workflows_tie_to_lru_not_to_the_advance():
+    """ReAct agents, each its own one-agent workflow at 0 steps (benchmarks/vllm_react.py on
+    vLLM): A's call arrived first, B's second, and B's ended last. Both workflows have reached
+    their agent, so the advance says nothing about which is needed first; evicting the one that
+    advanced last evicted the conversation about to come back from a fast tool (issue 24, plain
+    kvflow below LRU: benchmarks/results/react-tools/vllm/plain-vs-lru.md). LRU decides."""
+    hints = HintTable()
+    hints.apply_hint(KVFlowHint(workflow_id="wa", namespace="ns", agent="A", steps={"A": 0}))
+    hints.apply_hint(KVFlowHint(workflow_id="wb", namespace="ns", agent="B", steps={"B": 0}))
+    assert hints.advanced(("ns", "A")) < hints.advanced(("ns", "B"))
+    a, b = kvflow_key({("ns", "A")}, hints, last_access=5), kvflow_key({("ns", "B")}, hints, last_access=9)
+    assert a[:2] == b[:2] == (TIER_HINTED, 0)
+    assert a < b
+    # Above 0 steps the advance still decides (the workflow that advanced last reaches its agent last).
+    hints.set_steps("ns", "wa", {"A": 2})
+    hints.set_steps("ns", "wb", {"B": 2})
+    assert kvflow_key({("ns", "B")}, hints, 1) < kvflow_key({("ns", "A")}, hints, 9)
+
+
 def test_lru_policy_ignores_hints(make_cache):
     cache = make_cache(device_tokens=64, policy="lru")
     build_workflow(cache)
