@@ -69,6 +69,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+PORT_RETRIES = 3
+"""How often :func:`start_cluster` gives a worker a new port when another process took its own."""
+
+
+def _port_taken(url: str) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, int(url.rsplit(":", 1)[1])))
+        except OSError:
+            return True
+    return False
+
+
 def _wait_until(check: Callable[[], bool], proc: subprocess.Popen[bytes], what: str, deadline: float) -> None:
     while True:
         if proc.poll() is not None:
@@ -100,16 +113,28 @@ def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_p
     procs: list[subprocess.Popen[bytes]] = []
     deadline = time.monotonic() + startup_timeout_s
     try:
-        urls, commands = [], []
-        for _ in range(workers):
+        def start_worker() -> tuple[str, list[str]]:
             port = free_port()
-            commands.append([sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", model, "--host", HOST,
-                             "--port", str(port), *serve_flags])
-            procs.append(process_group.start(commands[-1], die_with_parent=True, stdout=log, stderr=log))
-            urls.append(f"http://{HOST}:{port}")
-        for i, (url, proc) in enumerate(zip(urls, procs, strict=True)):
-            _wait_until(lambda url=url: httpx.get(url + "/health", timeout=2).status_code == 200, proc,
-                        f"worker {i} ({url})", deadline)
+            command = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", model, "--host", HOST,
+                       "--port", str(port), *serve_flags]
+            procs.append(process_group.start(command, die_with_parent=True, stdout=log, stderr=log))
+            return f"http://{HOST}:{port}", command
+
+        urls, commands = (list(column) for column in zip(*(start_worker() for _ in range(workers)), strict=True))
+        for i in range(workers):
+            for attempt in range(PORT_RETRIES + 1):
+                try:
+                    _wait_until(lambda url=urls[i]: httpx.get(url + "/health", timeout=2).status_code == 200,
+                                procs[i], f"worker {i} ({urls[i]})", deadline)
+                    break
+                except RuntimeError:
+                    # free_port() only names a port that was free: another process may bind it before
+                    # the worker does. Only then (the worker gone, its port held by someone else) does a
+                    # new port help; any other failure is the worker's own and is raised as it is.
+                    if procs[i].poll() is None or not _port_taken(urls[i]) or attempt == PORT_RETRIES:
+                        raise
+                    urls[i], commands[i] = start_worker()
+                    procs[i] = procs.pop()
         port = gateway_port or free_port()
         gateway = f"http://{HOST}:{port}"
         cmd = [smg, "launch", "--host", HOST, "--port", str(port), "--worker-urls", *urls,

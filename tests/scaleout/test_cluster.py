@@ -142,3 +142,23 @@ def test_when_no_worker_is_left_the_error_names_the_node_and_the_url() -> None:
             asyncio.run(arun(_pipeline(2), {"task": "x"}, backend=client, workflow_id="lost"))
         assert "node 'agent0'" in str(err.value) and cluster.gateway in str(err.value)
         assert time.monotonic() - started < 60
+
+
+def test_a_worker_whose_port_another_process_took_starts_on_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """free_port() names a port that was free; another process may bind it first (pytest-xdist's
+    other worker did, in CI). The cluster then starts that worker on a new port."""
+    require_smg()
+    import socket
+
+    from kvflow_orch.harness import cluster as cluster_module
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        held = taken.getsockname()[1]
+        ports = iter([held])
+        monkeypatch.setattr(cluster_module, "free_port", lambda: next(ports, None) or free_port())
+        with start_cluster(1, "tiny-random", FLAGS) as cluster:
+            assert f":{held}" not in cluster.workers[0]
+            assert httpx.get(cluster.workers[0] + "/health", timeout=5).status_code == 200
+            assert len(cluster.processes) == 2  # the worker that came up and the gateway: none left behind
