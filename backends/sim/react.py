@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from backends.kvcache import CacheConfig, EvictionPolicy
 from backends.kvcache.continuations import TOOL_WINDOW, ToolDurations
 from backends.kvcache.trace import ScheduleRecorder
-from kvflow_orch.protocol import KVFlowHint, StepsUpdate
+from kvflow_orch.protocol import DEFAULT_NAMESPACE, KVFlowHint, StepsUpdate
 
 from .cost import CostModel
 from .serving import EngineLimits, ServingSim, SimRequest
@@ -153,8 +153,7 @@ def run_react(plans: Sequence[AgentPlan], system: System, cost: CostModel, confi
     if known_durations:
         continuations = sim.cache.intake.continuations
         tools = sorted({tool for plan in plans for tool, _, _ in plan.tools}, key=lambda tool: tool.name)
-        namespace = KVFlowHint(workflow_id="-", agent="-").namespace
-        continuations.durations = KnownDurations(continuations.durations, namespace, tools)
+        continuations.durations = KnownDurations(continuations.durations, DEFAULT_NAMESPACE, tools)
     recorder = ScheduleRecorder(sim.cache)
     done: dict[str, float] = {}
 

@@ -113,14 +113,20 @@ def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_p
     procs: list[subprocess.Popen[bytes]] = []
     deadline = time.monotonic() + startup_timeout_s
     try:
-        def start_worker() -> tuple[str, list[str]]:
+        def start_worker() -> tuple[str, list[str], subprocess.Popen[bytes]]:
             port = free_port()
             command = [sys.executable, "-m", "kvflow_orch.cli", "serve", "--model", model, "--host", HOST,
                        "--port", str(port), *serve_flags]
-            procs.append(process_group.start(command, die_with_parent=True, stdout=log, stderr=log))
-            return f"http://{HOST}:{port}", command
+            return f"http://{HOST}:{port}", command, process_group.start(command, die_with_parent=True,
+                                                                         stdout=log, stderr=log)
 
-        urls, commands = (list(column) for column in zip(*(start_worker() for _ in range(workers)), strict=True))
+        urls: list[str] = []
+        commands: list[list[str]] = []
+        for _ in range(workers):
+            url, command, proc = start_worker()
+            urls.append(url)
+            commands.append(command)
+            procs.append(proc)
         for i in range(workers):
             for attempt in range(PORT_RETRIES + 1):
                 try:
@@ -133,8 +139,7 @@ def start_cluster(workers: int, model: str, serve_flags: list[str], *, gateway_p
                     # new port help; any other failure is the worker's own and is raised as it is.
                     if procs[i].poll() is None or not _port_taken(urls[i]) or attempt == PORT_RETRIES:
                         raise
-                    urls[i], commands[i] = start_worker()
-                    procs[i] = procs.pop()
+                    urls[i], commands[i], procs[i] = start_worker()
         port = gateway_port or free_port()
         gateway = f"http://{HOST}:{port}"
         cmd = [smg, "launch", "--host", HOST, "--port", str(port), "--worker-urls", *urls,
